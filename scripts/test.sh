@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole suite: installs what is missing, builds, and runs every test with ctest, then again
+# under ASan+UBSan and under TSan. Non-zero on any failure.
+#   scripts/test.sh            everything (what CI runs)
+#   scripts/test.sh --quick    the main build only, no sanitizer builds
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+  esac
+done
+
+scripts/install-deps.sh
+jobs=$(nproc)
+start=$SECONDS
+
+run_suite() {  # run_suite <build dir> <label> [ctest args...]
+  local dir=$1 label=$2
+  shift 2
+  echo "==> tests: $label"
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" "$@"
+}
+
+echo "==> build: main (RelWithDebInfo)"
+scripts/build.sh build
+run_suite build "main"
+
+if [[ $quick -eq 0 ]]; then
+  # Sanitizer builds skip benchmarks and the packaging test; TSan's runtime needs a fixed
+  # address-space layout on kernels with large mmap randomisation, hence setarch -R.
+  echo "==> build: address,undefined"
+  scripts/build.sh build-asan -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_suite build-asan "address,undefined" -LE install
+
+  echo "==> build: thread"
+  scripts/build.sh build-tsan -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    setarch "$(uname -m)" -R ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+    -j "$jobs" -LE install
+fi
+echo "==> all suites passed in $((SECONDS - start)) s"
