@@ -50,7 +50,7 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) {
   gettimeofday(&tv, nullptr);
   tm parts{};
   gmtime_r(&tv.tv_sec, &parts);
-  char stamp[40];
+  char stamp[64];
   std::snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", parts.tm_year + 1900,
                 parts.tm_mon + 1, parts.tm_mday, parts.tm_hour, parts.tm_min, parts.tm_sec,
                 static_cast<long>(tv.tv_usec));

@@ -1,0 +1,65 @@
+// SegmentDesc <-> JSON, schema v1: the strict, versioned form an engine publishes in the
+// metadata store and peers decode (DESIGN.md, "Contracts across process boundaries").
+//
+//   {"schema_version":1,"name":"decode-node-7","incarnation":1234567890123,
+//    "rpc":{"host":"10.0.0.7","port":12345},
+//    "host":{"hostname":"n7","boot_id":"...","pid_namespace":4026531836},
+//    "devices":[{"name":"mlx5_0","transport":"rdma","location":"cpu:0"}],
+//    "transports":{"rdma":"<base64>"},
+//    "buffers":[{"addr":4096,"length":8192,"location":"cpu:0","generation":3,
+//                "remote_accessible":true,"keys":{"tcp":"<base64>","rdma":"<base64>"}}]}
+//
+// Every field is required, has exactly one JSON type, and unknown fields are rejected at every
+// level. Opaque bytes (keys, transports) travel as base64 (core/base64.h).
+//
+// Thread contract: pure functions; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "core/segment_desc.h"
+#include "ferry/status.h"
+
+namespace ferry {
+
+// Bounds for decoding untrusted input; every limit is inclusive. Exceeding one is
+// InvalidArgument.
+struct DecodeLimits {
+  size_t max_input_bytes = 64u << 20;  // checked before parsing
+  size_t max_buffers = 1u << 20;
+  size_t max_devices = 4096;
+  size_t max_key_bytes = 64u << 10;  // decoded size of one opaque value (a key or a transport blob)
+  int max_depth = 8;                 // JSON nesting (the root object is depth 1; v1 needs 4)
+};
+
+// Compact JSON with the fields in the fixed order shown above, so equal descs give identical
+// bytes. For every desc that passes ValidateSegmentDesc, DecodeSegmentDesc(EncodeSegmentDesc(d))
+// == d. A desc that fails validation is still encoded (strings escaped, JSON well-formed where
+// the strings are UTF-8), but its JSON will not decode. Never fails.
+std::string EncodeSegmentDesc(const SegmentDesc& desc);
+
+// Parses and validates `json`. The result has its buffers sorted by addr and pairwise disjoint.
+// Errors: InvalidArgument, with the offending field's path in the message
+// ("buffers[3].length: must be > 0"), for: input over the limits, invalid JSON or trailing
+// bytes (with the parser's position), nesting deeper than max_depth, a duplicate, missing,
+// unknown or wrongly typed field, schema_version other than SegmentDesc::kSchemaVersion, and
+// every rule ValidateSegmentDesc checks; Internal if memory runs out. No exception escapes and
+// there is no partial result.
+Result<SegmentDesc> DecodeSegmentDesc(std::string_view json, const DecodeLimits& limits = {});
+
+// The semantic checks DecodeSegmentDesc applies, on a struct (e.g. before publishing):
+//  - schema_version == kSchemaVersion; incarnation > 0; rpc.port > 0;
+//  - name and rpc.host 1..255 bytes, host.hostname and host.boot_id 0..255 bytes, device names
+//    1..255 bytes; all of them UTF-8 without control characters (< 0x20, 0x7f);
+//  - transport names (device transports, transports and keys entries) 1..32 chars of
+//    [a-z0-9_-]; every opaque value at most limits.max_key_bytes;
+//  - locations well-formed and never Kind::kDetect;
+//  - at most limits.max_devices devices and limits.max_buffers buffers; each buffer has
+//    length > 0, addr + length within uint64, generation > 0;
+//  - buffers sorted by addr and pairwise disjoint (an overlap names both ranges in hex).
+// Errors: InvalidArgument naming the field path of the first violation.
+Status ValidateSegmentDesc(const SegmentDesc& desc, const DecodeLimits& limits = {});
+
+}  // namespace ferry
