@@ -7,7 +7,9 @@ packages=(
   # toolchain
   cmake ninja-build clang libclang-rt-14-dev pkg-config make
   # libraries
-  nlohmann-json3-dev
+  nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
+  # servers the tests start on 127.0.0.1 (metadata stores)
+  etcd-server redis-server
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -47,4 +47,10 @@ struct Location {
   friend bool operator==(const Location&, const Location&) = default;
 };
 
+// A remote segment, as returned by openSegment. Stable for a name for the engine's life.
+using SegmentId = uint64_t;
+using BatchId = uint64_t;
+
+enum class OpCode : uint8_t { kRead = 0, kWrite = 1 };
+
 }  // namespace ferry

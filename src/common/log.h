@@ -46,7 +46,8 @@ inline bool Enabled(LogLevel level) {
 }  // namespace log_internal
 }  // namespace ferry
 
-#define FERRY_LOG(level)                                           \
-  if (!::ferry::log_internal::Enabled(::ferry::LogLevel::level)) { \
-  } else                                                           \
-    ::ferry::log_internal::LogMessage(::ferry::LogLevel::level, __FILE__, __LINE__).stream()
+// A `for` that runs at most once keeps the macro safe inside an unbraced if/else.
+#define FERRY_LOG(level)                                                                  \
+  for (bool ferry_log_on_ = ::ferry::log_internal::Enabled(::ferry::LogLevel::level);    \
+       ferry_log_on_; ferry_log_on_ = false)                                             \
+  ::ferry::log_internal::LogMessage(::ferry::LogLevel::level, __FILE__, __LINE__).stream()

@@ -407,6 +407,29 @@ void LocalRegistry::ReleasePin(Region* region) {
   }
 }
 
+void LocalRegistry::ReleaseDetachedPin(void* registry, void* token) {
+  static_cast<LocalRegistry*>(registry)->ReleasePin(static_cast<Region*>(token));
+}
+
+Status LocalRegistry::CheckOverlap(uint64_t addr, uint64_t length) const {
+  if (length == 0 || addr + length < addr) {
+    return InvalidArgumentError("bad range at " + Hex(addr) + " of " + std::to_string(length) +
+                                " bytes");
+  }
+  ReaderLock lock(mu_);
+  const Region* floor = index_.Floor(addr);
+  if (floor != nullptr && floor->end() > addr) {
+    return OverlapError("range " + Range(addr, length) + " overlaps registered range " +
+                        Range(floor->addr, floor->length));
+  }
+  const size_t next = index_.LowerBound(addr);
+  if (next < index_.size() && index_.at(next)->addr < addr + length) {
+    return OverlapError("range " + Range(addr, length) + " overlaps registered range " +
+                        Range(index_.at(next)->addr, index_.at(next)->length));
+  }
+  return Status::Ok();
+}
+
 BufferDesc LocalRegistry::Describe(const Region& region) {
   BufferDesc desc;
   desc.addr = region.addr;

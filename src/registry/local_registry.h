@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/mutex.h"
@@ -71,6 +72,12 @@ class PinGuard {
 
   void Release();
   bool held() const { return region_ != nullptr; }
+  // Gives up the guard without releasing the pin, for handing it across a type-erased boundary
+  // (a transport's AccessPin): LocalRegistry::ReleaseDetachedPin(registry, token) releases it.
+  void* Detach() {
+    registry_ = nullptr;
+    return std::exchange(region_, nullptr);
+  }
 
   // The pinned region (valid while held).
   uint64_t region_addr() const;
@@ -114,6 +121,12 @@ class LocalRegistry {
   //   kStale: region closing, or generation mismatch;  kPermissionDenied: not remote
   //   accessible, or no binding for the requested transport.
   Result<PinGuard> Pin(uint64_t addr, uint64_t length, const PinCheck& check = {});
+
+  // Releases a pin given up by PinGuard::Detach(). `registry` is the LocalRegistry.
+  static void ReleaseDetachedPin(void* registry, void* token);
+
+  // Ok when [addr, addr + length) overlaps no registered region; Overlap naming it otherwise.
+  Status CheckOverlap(uint64_t addr, uint64_t length) const;
 
   // The open region containing addr.
   Result<BufferDesc> Lookup(uint64_t addr) const;

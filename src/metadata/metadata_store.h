@@ -1,0 +1,103 @@
+// MetadataStore: the seam between ferry and the place segment descriptors are published
+// (DESIGN.md, Seams). Control plane only: descriptors, never payload.
+//
+// Results keep "not there" and "could not ask" apart (STYLE.md 1):
+//   kNotFound     the store answered: no such key
+//   kUnavailable  the store could not be reached or did not answer in time
+//   kInvalidArgument / kInternal  a malformed request or reply
+// Every call is bounded by StoreOptions::request_timeout; none blocks forever.
+//
+// Leases: Put(..., {.leased = true}) ties the key to this client. The client keeps it alive in
+// the background (etcd lease keep-alive, redis PEXPIRE, HTTP re-PUT with a TTL) and, when the
+// store lost it (restart, expiry during a partition), writes it again once the store answers.
+// When the owner process dies, nothing refreshes the key and it vanishes within lease_ttl.
+// Destroying the store client deletes its leased keys (clean shutdown) unless Abandon() ran.
+//
+// Watch is optional: stores that can push changes return a non-null watcher().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry {
+
+class Clock;
+
+struct StoreOptions {
+  std::chrono::milliseconds request_timeout{3000};  // bound on every network round trip
+  std::chrono::milliseconds lease_ttl{10000};       // leased keys vanish this long after death
+  Clock* clock = nullptr;                           // null: the real clock (borrowed, outlives)
+};
+
+struct PutOptions {
+  bool leased = false;  // tie the key to this client's lease (see above)
+};
+
+struct KeyValue {
+  std::string key;
+  std::string value;
+  friend bool operator==(const KeyValue&, const KeyValue&) = default;
+};
+
+struct WatchEvent {
+  enum class Type { kPut, kDelete };
+  Type type = Type::kPut;
+  std::string key;
+  std::string value;  // empty for kDelete
+};
+
+// A live watch. Destroying it stops delivery; after the destructor returns the callback is not
+// running and will not run again. Thread contract: destroy from any thread except from inside
+// its own callback.
+class WatchHandle {
+ public:
+  virtual ~WatchHandle() = default;
+};
+
+// Called on the store's watch thread, one event at a time, in store order. It must not block for
+// long; it may call the store. `resynced` events: after a reconnect that could not resume from
+// the last revision, the store reports that with a kPut of every key under the prefix, so the
+// consumer never misses a change (it may see one twice).
+using WatchCallback = std::function<void(const WatchEvent&)>;
+
+class Watcher {
+ public:
+  virtual ~Watcher() = default;
+  // Starts delivering events for keys under `prefix`. Reconnects and resumes by itself.
+  virtual Result<std::unique_ptr<WatchHandle>> Watch(std::string_view prefix,
+                                                     WatchCallback callback) = 0;
+};
+
+// Thread contract: every method is thread-safe.
+class MetadataStore {
+ public:
+  virtual ~MetadataStore() = default;
+
+  // "etcd", "redis", "http", "p2p", "memory".
+  virtual std::string_view scheme() const = 0;
+
+  virtual Result<std::string> Get(std::string_view key) = 0;
+  virtual Status Put(std::string_view key, std::string_view value, const PutOptions& options) = 0;
+  Status Put(std::string_view key, std::string_view value) { return Put(key, value, PutOptions{}); }
+  // Deleting an absent key is OK. Also forgets the key's lease, if it had one.
+  virtual Status Delete(std::string_view key) = 0;
+  // Every key starting with `prefix`, sorted by key.
+  virtual Result<std::vector<KeyValue>> List(std::string_view prefix) = 0;
+
+  // Null when the store cannot push changes (then callers fall back to TTL expiry).
+  virtual Watcher* watcher() = 0;
+
+  // Simulates a crash for tests and for fast exits: stops refreshing leases and forgets the
+  // leased keys without deleting them, so they expire as if this process had died.
+  virtual void Abandon() = 0;
+};
+
+}  // namespace ferry

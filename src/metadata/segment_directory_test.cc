@@ -1,0 +1,294 @@
+#include "metadata/segment_directory.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "common/clock.h"
+#include "metadata/memory/memory_store.h"
+#include "metadata/p2p/in_process_p2p.h"
+#include "metadata/p2p/p2p_store.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Decorator: counts Gets, can slow them down, and can hide the watcher (a store without watch).
+class CountingStore final : public MetadataStore {
+ public:
+  CountingStore(MetadataStore* inner, bool hide_watch) : inner_(inner), hide_watch_(hide_watch) {}
+  std::string_view scheme() const override { return inner_->scheme(); }
+  Result<std::string> Get(std::string_view key) override {
+    gets++;
+    std::this_thread::sleep_for(get_delay);
+    return inner_->Get(key);
+  }
+  Status Put(std::string_view key, std::string_view value, const PutOptions& o) override {
+    return inner_->Put(key, value, o);
+  }
+  Status Delete(std::string_view key) override { return inner_->Delete(key); }
+  Result<std::vector<KeyValue>> List(std::string_view prefix) override { return inner_->List(prefix); }
+  Watcher* watcher() override { return hide_watch_ ? nullptr : inner_->watcher(); }
+  void Abandon() override { inner_->Abandon(); }
+
+  std::atomic<int> gets{0};
+  std::chrono::milliseconds get_delay{0};
+
+ private:
+  MetadataStore* inner_;
+  bool hide_watch_;
+};
+
+SegmentDesc MakeDesc(std::string name, uint64_t incarnation, int buffers = 1) {
+  SegmentDesc desc;
+  desc.name = std::move(name);
+  desc.incarnation = incarnation;
+  desc.rpc = {"127.0.0.1", 4242};
+  for (int i = 0; i < buffers; ++i) {
+    BufferDesc b;
+    b.addr = 0x10000 + static_cast<uint64_t>(i) * 0x1000;
+    b.length = 0x1000;
+    b.location = Location::CpuNuma(0);
+    b.generation = static_cast<uint64_t>(i) + 1;
+    b.keys["tcp"] = "k";
+    desc.buffers.push_back(b);
+  }
+  return desc;
+}
+
+class SegmentDirectoryTest : public ::testing::Test {
+ protected:
+  // A fresh shared backend per test: the owner's client and the reader's client.
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    StoreOptions options{.lease_ttl = 1h, .clock = &clock_};
+    owner_ = *CreateMemoryStore("dir-" + name, options);
+    reader_ = *CreateMemoryStore("dir-" + name, options);
+  }
+  std::unique_ptr<SegmentDirectory> MakeDirectory(CountingStore* store,
+                                                  DirectoryOptions options = {}) {
+    options.clock = &clock_;
+    Result<std::unique_ptr<SegmentDirectory>> dir = SegmentDirectory::Create(store, options);
+    EXPECT_TRUE(dir.ok()) << dir.status();
+    return std::move(dir).value();
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<MetadataStore> owner_;
+  std::unique_ptr<MetadataStore> reader_;
+};
+
+TEST_F(SegmentDirectoryTest, OpenFetchesOnceThenServesTheCache) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-a", 7)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  auto dir = MakeDirectory(&store);
+  Result<SegmentHandle> first = dir->Open("node-a");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->desc->incarnation, 7u);
+  Result<SegmentHandle> again = dir->Open("node-a");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->id, first->id);
+  EXPECT_EQ(again->desc, first->desc);
+  EXPECT_EQ(store.gets.load(), 1);
+  Result<SegmentHandle> by_id = dir->Get(first->id);
+  ASSERT_TRUE(by_id.ok());
+  EXPECT_EQ(by_id->desc, first->desc);
+  EXPECT_EQ(dir->Get(999).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(dir->Open("nobody").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SegmentDirectoryTest, ManyThreadsOpeningOneNameCauseOneFetch) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("busy", 1)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  store.get_delay = 100ms;
+  auto dir = MakeDirectory(&store);
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&] { ok += dir->Open("busy").ok() ? 1 : 0; });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 16);
+  EXPECT_EQ(store.gets.load(), 1);
+}
+
+TEST_F(SegmentDirectoryTest, AFailedFetchIsSharedByItsWaiters) {
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  store.get_delay = 100ms;
+  auto dir = MakeDirectory(&store);
+  std::vector<std::thread> threads;
+  std::atomic<int> not_found{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      not_found += dir->Open("ghost").status().code() == StatusCode::kNotFound ? 1 : 0;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(not_found.load(), 8);
+  EXPECT_LE(store.gets.load(), 2);  // at most one straggler that arrived after the flight landed
+}
+
+TEST_F(SegmentDirectoryTest, SixteenThreadsOpenAHundredSegments) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  for (int i = 0; i < 100; ++i) {
+    // One publisher holds one name; write the others straight through the store.
+    SegmentDesc desc = MakeDesc("seg-" + std::to_string(i), 100 + static_cast<uint64_t>(i));
+    ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", desc.name), EncodeSegmentDesc(desc)).ok());
+  }
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  auto dir = MakeDirectory(&store);
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (unsigned t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<int> order(100);
+      for (int i = 0; i < 100; ++i) order[static_cast<size_t>(i)] = i;
+      std::shuffle(order.begin(), order.end(), std::mt19937(t));
+      for (int i : order) {
+        Result<SegmentHandle> h = dir->Open("seg-" + std::to_string(i));
+        if (!h.ok() || h->desc->incarnation != 100u + static_cast<uint64_t>(i)) errors++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(store.gets.load(), 100);
+}
+
+TEST_F(SegmentDirectoryTest, WithoutWatchAnEntryExpiresAfterItsTtl) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-a", 1)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  auto dir = MakeDirectory(&store, {.cache_ttl = 5000ms});
+  ASSERT_TRUE(dir->Open("node-a").ok());
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-a", 1, 3)).ok());
+  clock_.Advance(4000ms);
+  EXPECT_EQ(dir->Open("node-a")->desc->buffers.size(), 1u);  // still cached
+  clock_.Advance(1000ms);
+  EXPECT_EQ(dir->Open("node-a")->desc->buffers.size(), 3u);  // refetched
+  EXPECT_EQ(store.gets.load(), 2);
+}
+
+TEST_F(SegmentDirectoryTest, WatchEventsReplaceAndDropEntries) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-w", 1)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/false);
+  auto dir = MakeDirectory(&store);
+  ASSERT_TRUE(dir->watching());
+  ASSERT_TRUE(dir->Open("node-w").ok());
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-w", 1, 2)).ok());
+  const auto start = std::chrono::steady_clock::now();
+  while (dir->Open("node-w")->desc->buffers.size() != 2 &&
+         std::chrono::steady_clock::now() - start < 1s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(dir->Open("node-w")->desc->buffers.size(), 2u);
+  EXPECT_EQ(store.gets.load(), 1);  // the watch delivered it; no fetch
+  ASSERT_TRUE(publisher.Remove().ok());
+  Status s;
+  for (int i = 0; i < 200; ++i) {
+    s = dir->Open("node-w").status();
+    if (s.code() == StatusCode::kNotFound) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+}
+
+TEST_F(SegmentDirectoryTest, MalformedStoredValueIsAnErrorAndLeavesTheCacheUntouched) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-m", 5)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/false);
+  auto dir = MakeDirectory(&store);
+  Result<SegmentHandle> before = dir->Open("node-m");
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", "node-m"), "{\"schema_version\":1,").ok());
+  std::this_thread::sleep_for(100ms);  // let the watch event arrive (and be ignored)
+  Status sync = dir->Sync("node-m");
+  EXPECT_EQ(sync.code(), StatusCode::kInvalidArgument) << sync;
+  Result<SegmentHandle> after = dir->Open("node-m");
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->desc, before->desc);
+  // A descriptor stored under another segment's name is rejected too.
+  ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", "node-m"), EncodeSegmentDesc(MakeDesc("x", 1))).ok());
+  EXPECT_EQ(dir->Sync("node-m").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dir->Open("node-m")->desc, before->desc);
+}
+
+TEST_F(SegmentDirectoryTest, ReplacementKeepsOldSnapshotsAndReportsRestarts) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-r", 11)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  std::vector<std::pair<uint64_t, uint64_t>> restarts;
+  auto dir = MakeDirectory(&store, {.on_restarted = [&](std::string_view, uint64_t a, uint64_t b) {
+                                      restarts.emplace_back(a, b);
+                                    }});
+  Result<SegmentHandle> old_handle = dir->Open("node-r");
+  ASSERT_TRUE(old_handle.ok());
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-r", 12, 4)).ok());  // restarted, new buffers
+  dir->Invalidate("node-r");
+  Result<SegmentHandle> new_handle = dir->Open("node-r");
+  ASSERT_TRUE(new_handle.ok());
+  EXPECT_EQ(new_handle->id, old_handle->id);  // same name, same id
+  EXPECT_EQ(new_handle->desc->incarnation, 12u);
+  EXPECT_EQ(old_handle->desc->incarnation, 11u);  // the in-flight snapshot is unchanged
+  EXPECT_EQ(old_handle->desc->buffers.size(), 1u);
+  ASSERT_EQ(restarts.size(), 1u);
+  EXPECT_EQ(restarts[0], (std::pair<uint64_t, uint64_t>{11, 12}));
+  EXPECT_TRUE(dir->SyncAll().ok());
+  EXPECT_EQ(store.gets.load(), 3);
+}
+
+TEST_F(SegmentDirectoryTest, CrashedOwnersEntryExpiresWithItsLease) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-c", 1)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  auto dir = MakeDirectory(&store);
+  ASSERT_TRUE(dir->Open("node-c").ok());
+  owner_->Abandon();  // the owner "dies": nothing refreshes its lease any more
+  clock_.Advance(1h);
+  EXPECT_EQ(dir->Sync("node-c").code(), StatusCode::kNotFound);
+  EXPECT_EQ(dir->Open("node-c").status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(SegmentDirectoryTest, PublisherRejectsInvalidDescriptorsAndWritesRpcMeta) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  SegmentDesc bad = MakeDesc("node-p", 0);  // incarnation 0 is invalid
+  EXPECT_EQ(publisher.Publish(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(owner_->Get(SegmentDescKey("ferry", "node-p")).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-p", 3)).ok());
+  Result<std::string> meta = reader_->Get(RpcMetaKey("ferry", "node-p"));
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(*meta, R"({"ip_or_host_name":"127.0.0.1","rpc_port":4242})");
+  EXPECT_EQ(publisher.publishes(), 1u);
+}
+
+TEST(P2PDirectoryTest, DescriptorsComeFromThePeerItself) {
+  InProcessP2PNetwork network;
+  auto a = CreateP2PStore(&network, {});
+  auto b = CreateP2PStore(&network, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  const HostPort where{"127.0.0.1", 17001};
+  network.Attach(where, static_cast<P2PStore*>(a->get()));
+  SegmentPublisher publisher(a->get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc(where.ToString(), 9)).ok());
+
+  auto dir = SegmentDirectory::Create(b->get(), {});
+  ASSERT_TRUE(dir.ok());
+  EXPECT_FALSE((*dir)->watching());
+  Result<SegmentHandle> h = (*dir)->Open(where.ToString());
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->desc->incarnation, 9u);
+  EXPECT_EQ((*dir)->Open("not-a-host-port").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*dir)->Open("127.0.0.1:17002").status().code(), StatusCode::kUnavailable);
+  network.Detach(where);
+  EXPECT_EQ((*dir)->Sync(where.ToString()).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,112 @@
+#include "rpc/rpc_client.h"
+
+#include <algorithm>
+
+#include "rpc/connection_pool.h"
+#include "rpc/frame.h"
+#include "rpc/socket_io.h"
+
+namespace ferry {
+namespace {
+
+std::string Describe(const HostPort& peer, uint16_t type) {
+  return "rpc type " + std::to_string(type) + " to " + peer.ToString();
+}
+
+}  // namespace
+
+RpcClient::RpcClient(const RpcClientOptions& options)
+    : options_(options),
+      pool_(std::make_unique<rpc::ConnectionPool>(options.max_idle_connections_per_peer,
+                                                  options.idle_timeout)) {}
+
+RpcClient::~RpcClient() = default;
+
+void RpcClient::CloseIdleConnections() { pool_->Clear(); }
+
+size_t RpcClient::idle_connections() const { return pool_->idle_count(); }
+
+Result<rpc::UniqueFd> RpcClient::Acquire(const HostPort& peer, const std::string& key,
+                                         Deadline deadline) {
+  const Deadline now = std::chrono::steady_clock::now();
+  rpc::UniqueFd pooled = pool_->Take(key, now);
+  if (pooled.valid()) return pooled;
+  return rpc::ConnectTcp(peer, std::min(deadline, now + options_.connect_timeout));
+}
+
+Result<std::string> RpcClient::Call(const HostPort& peer, uint16_t type, std::string_view payload,
+                                    std::chrono::milliseconds timeout) {
+  const std::string what = Describe(peer, type);
+  if (timeout.count() <= 0) return InvalidArgumentError(what + ": timeout must be positive");
+  if (payload.size() > options_.max_frame_bytes) {
+    return InvalidArgumentError(what + ": payload of " + std::to_string(payload.size()) +
+                                " bytes exceeds max_frame_bytes");
+  }
+  const Deadline deadline = std::chrono::steady_clock::now() + timeout;
+  rpc::FrameHeader header;
+  header.type = type;
+  header.request_id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  ASSIGN_OR_RETURN(std::string frame, rpc::EncodeFrame(header, payload));
+
+  const std::string key = peer.ToString();
+  Status last;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt > 0 && std::chrono::steady_clock::now() >= deadline) break;
+    Result<rpc::UniqueFd> conn = Acquire(peer, key, deadline);
+    if (!conn.ok()) {
+      last = conn.status();  // Unavailable; nothing was sent
+      continue;
+    }
+    Status sent = rpc::SendAll(conn->get(), frame, deadline);
+    if (sent.ok()) {
+      // The whole request is out: from here on nothing is retried.
+      return AwaitResponse(std::move(conn).value(), key, type, header.request_id, deadline);
+    }
+    // Not completely written, so the server cannot have run it; the connection is dropped.
+    if (sent.code() == StatusCode::kTimeout) {
+      return TimeoutError(what + ": request not sent within " + std::to_string(timeout.count()) +
+                          " ms");
+    }
+    last = UnavailableError(sent.message());
+  }
+  return last.WithContext(what);
+}
+
+Result<std::string> RpcClient::AwaitResponse(rpc::UniqueFd fd, const std::string& key,
+                                             uint16_t type, uint64_t request_id,
+                                             Deadline deadline) {
+  const std::string what = "rpc type " + std::to_string(type) + " to " + key;
+  auto io_error = [&](const Status& s) -> Status {
+    if (s.code() == StatusCode::kTimeout) return TimeoutError(what + ": no response in time");
+    return UnavailableError(what +
+                            ": connection lost after the request was sent (it may have "
+                            "been processed): " +
+                            s.message());
+  };
+  auto bad_frame = [&](const std::string& why) -> Status {
+    bad_frames_.fetch_add(1, std::memory_order_relaxed);
+    return UnavailableError(what + ": bad response frame: " + why);
+  };
+
+  char header_bytes[rpc::kFrameHeaderSize];
+  if (Status s = rpc::RecvExact(fd.get(), header_bytes, sizeof(header_bytes), deadline); !s.ok()) {
+    return io_error(s);
+  }
+  Result<rpc::FrameHeader> header = rpc::DecodeFrameHeader(
+      std::string_view(header_bytes, sizeof(header_bytes)), options_.max_frame_bytes);
+  if (!header.ok()) return bad_frame(header.status().message());
+  if (!header->is_response()) return bad_frame("a request where a response was expected");
+  if (header->request_id != request_id || header->type != type) {
+    return bad_frame("response to request " + std::to_string(header->request_id) + " type " +
+                     std::to_string(header->type) + ", expected " + std::to_string(request_id));
+  }
+  std::string payload(header->payload_len, '\0');
+  if (Status s = rpc::RecvExact(fd.get(), payload.data(), payload.size(), deadline); !s.ok()) {
+    return io_error(s);
+  }
+  pool_->Give(key, std::move(fd), std::chrono::steady_clock::now());
+  if (header->is_error()) return rpc::DecodeErrorPayload(payload);
+  return payload;
+}
+
+}  // namespace ferry

@@ -1,0 +1,266 @@
+#include "test_servers.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace ferry::testing {
+
+using namespace std::chrono_literals;
+
+Result<TempDir> TempDir::Create(std::string_view tag) {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/ferry-" +
+                      std::string(tag) + "-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) {
+    return InternalError("mkdtemp " + templ + ": " + std::strerror(errno));
+  }
+  return TempDir(std::string(buf.data()));
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+Result<uint16_t> PickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return InternalError(std::string("bind: ") + std::strerror(errno));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    ::close(fd);
+    if (up) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::string> argv,
+                                                          std::string log_path) {
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return InternalError("open " + log_path + ": " + std::strerror(errno));
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log_fd);
+    return InternalError(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test that started it
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "execv %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, std::move(log_path)));
+}
+
+ChildProcess::~ChildProcess() { Kill(); }
+
+bool ChildProcess::running() {
+  if (reaped_) return false;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return r == 0;
+}
+
+int ChildProcess::Stop(std::chrono::milliseconds grace) {
+  if (reaped_) return -1;
+  ::kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      reaped_ = true;
+      return status;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  Kill();
+  return -1;
+}
+
+void ChildProcess::Kill() {
+  if (reaped_) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  reaped_ = true;
+}
+
+std::string ChildProcess::LogTail() const {
+  std::ifstream in(log_path_);
+  std::stringstream all;
+  all << in.rdbuf();
+  std::string text = all.str();
+  return text.size() > 4096 ? text.substr(text.size() - 4096) : text;
+}
+
+Status TestServer::Launch() {
+  const std::string log = dir_.path() + "/" + name() + "." + std::to_string(launches_++) + ".log";
+  ASSIGN_OR_RETURN(process_, ChildProcess::Spawn(Command(), log));
+  if (!WaitReady(15s) || !process_->running()) {
+    std::string tail = process_->LogTail();
+    process_->Kill();
+    return UnavailableError(name() + " did not start on port " + std::to_string(port_) +
+                            "; log " + log + ":\n" + tail);
+  }
+  return Status::Ok();
+}
+
+bool TestServer::WaitReady(std::chrono::milliseconds timeout) { return WaitForPort(port_, timeout); }
+
+Status TestServer::Restart() {
+  if (process_ != nullptr) process_->Stop();
+  return Launch();
+}
+
+void TestServer::Kill() {
+  if (process_ != nullptr) process_->Kill();
+}
+
+Status TestServer::Relaunch() { return Launch(); }
+
+// ---- etcd -------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
+  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("etcd"));
+  ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+  ASSIGN_OR_RETURN(uint16_t peer_port, PickFreePort());
+  std::unique_ptr<EtcdServer> server(new EtcdServer(std::move(dir), port));
+  server->peer_port_ = peer_port;
+  RETURN_IF_ERROR(server->Launch());
+  return server;
+}
+
+// etcd accepts connections a moment before it serves them: wait for GET /health to say so.
+bool EtcdServer::WaitReady(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (!WaitForPort(port_, timeout)) return false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    timeval tv{0, 200000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port_);
+    std::string reply;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      const char request[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      if (::send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL) > 0) {
+        char buf[512];
+        ssize_t n = 0;
+        while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) reply.append(buf, static_cast<size_t>(n));
+      }
+    }
+    ::close(fd);
+    if (reply.find("\"health\":\"true\"") != std::string::npos) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+std::vector<std::string> EtcdServer::Command() const {
+  const std::string client = "http://127.0.0.1:" + std::to_string(port_);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  return {"/usr/bin/etcd",
+          "--name=ferry-test",
+          "--data-dir=" + dir_.path() + "/data",
+          "--listen-client-urls=" + client,
+          "--advertise-client-urls=" + client,
+          "--listen-peer-urls=" + peer,
+          "--initial-advertise-peer-urls=" + peer,
+          "--initial-cluster=ferry-test=" + peer,
+          "--log-level=warn",
+          "--logger=zap"};
+}
+
+// ---- redis ------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<RedisServer>> RedisServer::Start(std::string password) {
+  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("redis"));
+  ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+  std::unique_ptr<RedisServer> server(new RedisServer(std::move(dir), port));
+  server->password_ = std::move(password);
+  RETURN_IF_ERROR(server->Launch());
+  return server;
+}
+
+std::vector<std::string> RedisServer::Command() const {
+  std::vector<std::string> cmd = {"/usr/bin/redis-server", "--bind", "127.0.0.1", "--port",
+                                  std::to_string(port_), "--dir", dir_.path(),
+                                  "--save", "", "--appendonly", "yes", "--daemonize", "no"};
+  if (!password_.empty()) {
+    cmd.push_back("--requirepass");
+    cmd.push_back(password_);
+  }
+  return cmd;
+}
+
+// ---- ferry-metadata-server --------------------------------------------------------------------
+
+std::string BinDir() { return FERRY_TEST_BIN_DIR; }
+
+Result<std::unique_ptr<MetadataServer>> MetadataServer::Start(std::vector<std::string> extra_args) {
+  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("metasrv"));
+  ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+  std::unique_ptr<MetadataServer> server(new MetadataServer(std::move(dir), port));
+  server->extra_args_ = std::move(extra_args);
+  RETURN_IF_ERROR(server->Launch());
+  return server;
+}
+
+std::vector<std::string> MetadataServer::Command() const {
+  std::vector<std::string> cmd = {BinDir() + "/ferry-metadata-server", "--bind", "127.0.0.1",
+                                  "--port", std::to_string(port_), "--data", data_path()};
+  cmd.insert(cmd.end(), extra_args_.begin(), extra_args_.end());
+  return cmd;
+}
+
+}  // namespace ferry::testing

@@ -1,0 +1,126 @@
+// Real servers for tests, started on 127.0.0.1 with free ports and stopped by PID.
+//
+//   auto etcd = EtcdServer::Start();          // Result<std::unique_ptr<EtcdServer>>
+//   ... (*etcd)->endpoint() -> "127.0.0.1:23791"
+//   (*etcd)->Restart();                         // same port and data dir
+//   (*etcd)->Kill(); (*etcd)->Relaunch();       // a crash, then the same server again
+//
+// Every wait is bounded; a server that does not come up is an Unavailable error naming its
+// log file. Thread contract: each object is used by one thread at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry::testing {
+
+// A directory under $TMPDIR (or /tmp) removed with its contents on destruction.
+class TempDir {
+ public:
+  static Result<TempDir> Create(std::string_view tag);
+  TempDir(TempDir&& other) noexcept : path_(std::exchange(other.path_, {})) {}
+  TempDir& operator=(TempDir&&) = delete;
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+// A port on 127.0.0.1 that was free a moment ago.
+Result<uint16_t> PickFreePort();
+
+// True once something accepts TCP connections on 127.0.0.1:port, polling until `timeout`.
+bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout);
+
+// One child process, started with execv, its output in `log_path`.
+class ChildProcess {
+ public:
+  static Result<std::unique_ptr<ChildProcess>> Spawn(std::vector<std::string> argv,
+                                                     std::string log_path);
+  ~ChildProcess();  // SIGKILL if still running
+  pid_t pid() const { return pid_; }
+  bool running();
+  // SIGTERM, then SIGKILL after `grace`; reaps the child. Returns its wait status, or -1.
+  int Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(5000));
+  void Kill();  // SIGKILL and reap
+  const std::string& log_path() const { return log_path_; }
+  // The last few KiB of the log, for failure messages.
+  std::string LogTail() const;
+
+ private:
+  ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  pid_t pid_;
+  std::string log_path_;
+  bool reaped_ = false;
+};
+
+// A server the tests start, stop, kill and restart on the same port and data.
+class TestServer {
+ public:
+  virtual ~TestServer() = default;
+  uint16_t port() const { return port_; }
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  Status Restart();   // SIGTERM, then start again on the same port and data
+  void Kill();        // SIGKILL, no restart
+  Status Relaunch();  // after Kill(): the same port and data
+
+ protected:
+  TestServer(TempDir dir, uint16_t port) : dir_(std::move(dir)), port_(port) {}
+  virtual std::vector<std::string> Command() const = 0;
+  virtual std::string name() const = 0;
+  // Ready once it accepts connections; etcd also answers its /health first.
+  virtual bool WaitReady(std::chrono::milliseconds timeout);
+  Status Launch();
+
+  TempDir dir_;
+  uint16_t port_;
+  std::unique_ptr<ChildProcess> process_;
+  int launches_ = 0;
+};
+
+class EtcdServer final : public TestServer {
+ public:
+  static Result<std::unique_ptr<EtcdServer>> Start();
+ private:
+  using TestServer::TestServer;
+  std::vector<std::string> Command() const override;
+  std::string name() const override { return "etcd"; }
+  bool WaitReady(std::chrono::milliseconds timeout) override;
+  uint16_t peer_port_ = 0;
+};
+
+class RedisServer final : public TestServer {
+ public:
+  // `password`: when non-empty, requirepass is set.
+  static Result<std::unique_ptr<RedisServer>> Start(std::string password = "");
+ private:
+  using TestServer::TestServer;
+  std::vector<std::string> Command() const override;
+  std::string name() const override { return "redis"; }
+  std::string password_;
+};
+
+// build/bin/ferry-metadata-server with --data in its own directory.
+class MetadataServer final : public TestServer {
+ public:
+  static Result<std::unique_ptr<MetadataServer>> Start(std::vector<std::string> extra_args = {});
+  std::string data_path() const { return dir_.path() + "/metadata.json"; }
+ private:
+  using TestServer::TestServer;
+  std::vector<std::string> Command() const override;
+  std::string name() const override { return "ferry-metadata-server"; }
+  std::vector<std::string> extra_args_;
+};
+
+// Directory of ferry's built executables (set at compile time).
+std::string BinDir();
+
+}  // namespace ferry::testing

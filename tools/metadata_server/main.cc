@@ -1,0 +1,146 @@
+// ferry-metadata-server: a Mooncake-compatible HTTP metadata server (API in http_handlers.h,
+// flags in server_options.cc, persistence in data_file.h).
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "metadata_server/http_handlers.h"
+#include "metadata_server/kv_store.h"
+#include "metadata_server/server_options.h"
+
+// cpp-httplib is an uninstrumented shared library: TSan cannot see the guard loads of its
+// function-local statics (e.g. the method-name set of its request parser), so a worker thread
+// reading one that another initialized is reported as a race. Ignore reports inside that library.
+#if defined(__SANITIZE_THREAD__)
+#define FERRY_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FERRY_TSAN_BUILD 1
+#endif
+#endif
+#ifdef FERRY_TSAN_BUILD
+extern "C" const char* __tsan_default_suppressions() { return "race:libcpp-httplib.so\n"; }
+#endif
+
+namespace ferry::metadata_server {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kSweepInterval = 200ms;
+
+// Waits for a stop signal with sigwait on its own thread and stops `server` when one arrives,
+// so no work runs inside a signal handler. The signals must already be blocked in every thread
+// (main blocks them before starting any). Thread contract: construct and Finish() on one thread.
+class SignalStopper {
+ public:
+  SignalStopper(httplib::Server& server, const sigset_t& signals)
+      : server_(server), signals_(signals), thread_([this] { Run(); }) {}
+  ~SignalStopper() { Finish(); }
+  SignalStopper(const SignalStopper&) = delete;
+  SignalStopper& operator=(const SignalStopper&) = delete;
+
+  // Call once listening has ended: wakes the thread if no signal came and joins it. Returns
+  // whether a signal stopped the server.
+  bool Finish() {
+    if (!thread_.joinable()) return signaled_;
+    listen_returned_ = true;
+    if (!signaled_) pthread_kill(thread_.native_handle(), SIGTERM);  // stays blocked; wakes sigwait
+    thread_.join();
+    return signaled_;
+  }
+
+ private:
+  void Run() {
+    int sig = 0;
+    while (sigwait(&signals_, &sig) != 0) {
+    }
+    if (listen_returned_) return;
+    signaled_ = true;
+    FERRY_LOG(kInfo) << "signal " << sig << ": stopping";
+    // stop() acts only once listen_after_bind is running; the signal may come just before.
+    while (!server_.is_running() && !listen_returned_) std::this_thread::sleep_for(5ms);
+    if (!listen_returned_) server_.stop();
+  }
+
+  httplib::Server& server_;
+  const sigset_t signals_;
+  std::atomic<bool> listen_returned_{false};
+  std::atomic<bool> signaled_{false};
+  std::thread thread_;  // last: started once the fields above exist
+};
+
+// Binds `server`; returns the port, or -1.
+int Bind(httplib::Server& server, const ServerOptions& options) {
+  if (options.port == 0) return server.bind_to_any_port(options.bind);
+  return server.bind_to_port(options.bind, options.port) ? options.port : -1;
+}
+
+int Serve(const ServerOptions& options) {
+  if (LogLevel level; ParseLogLevel(options.log_level, &level)) SetLogLevel(level);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up is an error on that connection only
+
+  Result<std::unique_ptr<KvStore>> store =
+      KvStore::Open({.data_path = options.data, .max_keys = options.max_keys});
+  if (!store.ok()) {
+    std::fprintf(stderr, "ferry-metadata-server: %s\n", store.status().ToString().c_str());
+    return 2;
+  }
+  httplib::Server server;
+  server.set_payload_max_length(options.max_body);
+  InstallHandlers(server, **store, options.path);
+  const int port = Bind(server, options);
+  if (port < 0) {
+    std::fprintf(stderr, "ferry-metadata-server: cannot listen on %s:%d (%s)\n",
+                 options.bind.c_str(), options.port, ErrnoText(errno).c_str());
+    return 1;
+  }
+  ExpirySweeper sweeper(**store, kSweepInterval);
+  sweeper.Start();
+  SignalStopper stopper(server, stop_signals);
+  std::printf("ready port=%d\n", port);
+  std::fflush(stdout);
+  FERRY_LOG(kInfo) << "serving " << options.path << " on " << options.bind << ":" << port
+                   << (options.data.empty() ? " (memory only)" : " with data file " + options.data);
+  server.listen_after_bind();
+  const bool signaled = stopper.Finish();
+  sweeper.Stop();
+  if (!signaled) {
+    std::fprintf(stderr, "ferry-metadata-server: the listening socket failed\n");
+    return 1;
+  }
+  return 0;  // every change was already written through to the data file
+}
+
+}  // namespace
+}  // namespace ferry::metadata_server
+
+int main(int argc, char** argv) {
+  using namespace ferry::metadata_server;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  ferry::Result<ServerOptions> options = ParseServerOptions(args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "ferry-metadata-server: %s\n\n%s", options.status().message().c_str(),
+                 ServerUsage().c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::fputs(ServerUsage().c_str(), stdout);
+    return 0;
+  }
+  return Serve(*options);
+}

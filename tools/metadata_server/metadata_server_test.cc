@@ -1,0 +1,392 @@
+// ferry-metadata-server over real HTTP: the Mooncake API, ferry's additions (TTL, prefix
+// listing, health, limits), persistence across restarts and crashes, signals and start errors.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "test_servers.h"
+
+// cpp-httplib is an uninstrumented shared library: TSan cannot see the guard loads of its
+// function-local statics (e.g. the method-name set of its request parser), so a worker thread
+// reading one that another initialized is reported as a race. Ignore reports inside that library.
+#if defined(__SANITIZE_THREAD__)
+#define FERRY_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FERRY_TSAN_BUILD 1
+#endif
+#endif
+#ifdef FERRY_TSAN_BUILD
+extern "C" const char* __tsan_default_suppressions() { return "race:libcpp-httplib.so\n"; }
+#endif
+
+namespace ferry::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+std::string ServerBinary() { return BinDir() + "/ferry-metadata-server"; }
+
+std::unique_ptr<MetadataServer> MustStart(std::vector<std::string> extra_args = {}) {
+  Result<std::unique_ptr<MetadataServer>> server = MetadataServer::Start(std::move(extra_args));
+  if (!server.ok()) {
+    ADD_FAILURE() << server.status();
+    return nullptr;
+  }
+  return std::move(*server);
+}
+
+std::unique_ptr<httplib::Client> Connect(uint16_t port) {
+  auto client = std::make_unique<httplib::Client>("127.0.0.1", port);
+  client->set_connection_timeout(2s);
+  client->set_read_timeout(5s);
+  client->set_write_timeout(5s);
+  return client;
+}
+
+int StatusOf(const httplib::Result& result) { return result ? result->status : -1; }
+
+int PutKey(httplib::Client& c, const std::string& query, const std::string& body) {
+  return StatusOf(c.Put("/metadata?" + query, body, "application/json"));
+}
+
+int GetStatus(httplib::Client& c, const std::string& key) {
+  return StatusOf(c.Get("/metadata?key=" + key));
+}
+
+// Polls `pred` every 50 ms until it holds or `timeout` passes.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds timeout) {
+  const auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream all;
+  all << in.rdbuf();
+  return all.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// Sends raw bytes on a new connection and returns everything the server answers until it
+// closes (or 5 s pass). The request should say "Connection: close". The sending side stays open:
+// cpp-httplib does not answer a peer that has half-closed.
+std::string RawExchange(uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  timeval tv{.tv_sec = 5, .tv_usec = 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string answer;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return answer;
+}
+
+// Runs the server binary with `args` to completion (it must exit by itself within 10 s) and
+// returns its exit code, with its output in *output.
+int RunToExit(const TempDir& dir, const std::string& args, std::string* output) {
+  const std::string log = dir.path() + "/run.log";
+  const std::string command = "timeout 10 " + ServerBinary() + " " + args + " >" + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  *output = ReadFile(log);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(MetadataServerTest, GetPutDeleteSpeakMooncakesApi) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=mooncake/ram/seg", R"({"buffers":[]})"), 200);
+  httplib::Result got = c->Get("/metadata?key=mooncake/ram/seg");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->status, 200);
+  EXPECT_EQ(got->body, R"({"buffers":[]})");
+  EXPECT_EQ(got->get_header_value("Content-Type"), "application/json");
+
+  EXPECT_EQ(GetStatus(*c, "absent"), 404);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=mooncake/ram/seg")), 200);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=mooncake/ram/seg")), 200);  // absent: still 200
+  EXPECT_EQ(GetStatus(*c, "mooncake/ram/seg"), 404);
+
+  // Keys are URL-decoded; an overwrite replaces the value.
+  EXPECT_EQ(PutKey(*c, "key=a%20b%2Fc%26d", "v1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=a%20b%2Fc%26d", "v2"), 200);
+  got = c->Get("/metadata?key=a%20b%2Fc%26d");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, "v2");
+  // An empty value is a value.
+  EXPECT_EQ(PutKey(*c, "key=empty", ""), 200);
+  EXPECT_EQ(GetStatus(*c, "empty"), 200);
+}
+
+TEST(MetadataServerTest, MalformedRequestsAre400) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "nokey=1", "v"), 400);
+  EXPECT_EQ(PutKey(*c, "key=", "v"), 400);
+  EXPECT_EQ(StatusOf(c->Get("/metadata")), 400);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata")), 400);
+  for (const char* ttl : {"0", "86401", "-1", "abc", "1.5", ""}) {
+    EXPECT_EQ(PutKey(*c, std::string("key=k&ttl=") + ttl, "v"), 400) << "ttl=" << ttl;
+  }
+  EXPECT_EQ(PutKey(*c, "key=%FF%FE", "v"), 400);  // not UTF-8
+  EXPECT_EQ(GetStatus(*c, "k"), 404);             // nothing was stored by the refusals
+
+  // A body that cannot be read (broken chunked encoding) is 400.
+  const std::string answer =
+      RawExchange(server->port(),
+                  "PUT /metadata?key=k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\nzz\r\n");
+  EXPECT_EQ(answer.substr(0, 12), "HTTP/1.1 400") << answer;
+  EXPECT_EQ(GetStatus(*c, "k"), 404);
+}
+
+TEST(MetadataServerTest, BodyAndKeyLimits) {
+  auto server = MustStart({"--max-body", "1024", "--max-keys", "2"});
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=big", std::string(1025, 'x')), 413);
+  EXPECT_EQ(PutKey(*c, "key=a", std::string(1024, 'x')), 200);
+  EXPECT_EQ(PutKey(*c, "key=b", "2"), 200);
+  EXPECT_EQ(PutKey(*c, "key=c", "3"), 507);  // full
+  EXPECT_EQ(PutKey(*c, "key=a", "1"), 200);  // overwriting needs no room
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=b")), 200);
+  EXPECT_EQ(PutKey(*c, "key=c", "3"), 200);
+  EXPECT_EQ(GetStatus(*c, "big"), 404);
+}
+
+TEST(MetadataServerTest, PrefixListingIsSortedWithBase64Values) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=p/b", std::string("\x00\xff", 2)), 200);
+  EXPECT_EQ(PutKey(*c, "key=p/a", "1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=q/a", "2"), 200);
+  EXPECT_EQ(PutKey(*c, "key=p", "3"), 200);
+
+  httplib::Result listed = c->Get("/metadata?prefix=p%2F");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(listed->body),
+            nlohmann::json::parse(R"({"keys":[{"key":"p/a","value_b64":"MQ=="},
+                                              {"key":"p/b","value_b64":"AP8="}]})"));
+  listed = c->Get("/metadata?prefix=");
+  ASSERT_TRUE(listed);
+  const nlohmann::json all = nlohmann::json::parse(listed->body);
+  ASSERT_EQ(all["keys"].size(), 4u);
+  EXPECT_EQ(all["keys"][0]["key"], "p");
+  EXPECT_EQ(all["keys"][3]["key"], "q/a");
+  listed = c->Get("/metadata?prefix=zzz");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(nlohmann::json::parse(listed->body), nlohmann::json::parse(R"({"keys":[]})"));
+}
+
+TEST(MetadataServerTest, HealthCountsKeys) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=a", "1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=b", "2"), 200);
+  httplib::Result health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(health->body),
+            nlohmann::json::parse(R"({"status":"ok","keys":2})"));
+}
+
+TEST(MetadataServerTest, KeysExpireTtlAfterTheirLastPut) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  const auto start = SteadyClock::now();
+  EXPECT_EQ(PutKey(*c, "key=short&ttl=1", "s"), 200);
+  EXPECT_EQ(PutKey(*c, "key=renewed&ttl=2", "r"), 200);
+  EXPECT_EQ(PutKey(*c, "key=untimed&ttl=1", "u"), 200);
+  EXPECT_EQ(PutKey(*c, "key=untimed", "u"), 200);  // a PUT without ttl removes the TTL
+  EXPECT_EQ(GetStatus(*c, "short"), 200);
+
+  std::this_thread::sleep_until(start + 1200ms);
+  EXPECT_EQ(PutKey(*c, "key=renewed&ttl=2", "r"), 200);  // now expires ~3.2 s after start
+  EXPECT_TRUE(Eventually([&] { return GetStatus(*c, "short") == 404; }, 2s));
+  httplib::Result listed = c->Get("/metadata?prefix=");
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->body.find("short"), std::string::npos) << listed->body;
+
+  std::this_thread::sleep_until(start + 2400ms);
+  EXPECT_EQ(GetStatus(*c, "renewed"), 200);
+  EXPECT_EQ(GetStatus(*c, "untimed"), 200);
+  EXPECT_TRUE(Eventually([&] { return GetStatus(*c, "renewed") == 404; }, 3s));
+  httplib::Result health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(nlohmann::json::parse(health->body)["keys"], 1);
+}
+
+TEST(MetadataServerTest, RestartAndCrashLoseNothing) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=plain", "1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=binary&ttl=600", std::string("\x00\x01\xfe", 3)), 200);
+  EXPECT_EQ(PutKey(*c, "key=gone", "x"), 200);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=gone")), 200);
+
+  ASSERT_TRUE(server->Restart().ok());  // SIGTERM, start again on the same data
+  c = Connect(server->port());
+  httplib::Result got = c->Get("/metadata?key=plain");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, "1");
+  got = c->Get("/metadata?key=binary");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, std::string("\x00\x01\xfe", 3));
+  EXPECT_EQ(GetStatus(*c, "gone"), 404);
+  EXPECT_NE(ReadFile(server->data_path()).find("expires_unix_ms"), std::string::npos);
+
+  // Every acknowledged change is on disk: SIGKILL loses nothing either.
+  EXPECT_EQ(PutKey(*c, "key=late", "2"), 200);
+  server->Kill();
+  ASSERT_TRUE(server->Relaunch().ok());
+  c = Connect(server->port());
+  EXPECT_EQ(GetStatus(*c, "late"), 200);
+  EXPECT_EQ(GetStatus(*c, "plain"), 200);
+}
+
+TEST(MetadataServerTest, TtlSurvivesRestart) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=leased&ttl=2", "v"), 200);
+  ASSERT_TRUE(server->Restart().ok());
+  c = Connect(server->port());
+  // Still there after the restart, and it still expires: the expiry time was persisted.
+  EXPECT_EQ(GetStatus(*c, "leased"), 200);
+  EXPECT_TRUE(Eventually([&] { return GetStatus(*c, "leased") == 404; }, 4s));
+  ASSERT_TRUE(server->Restart().ok());
+  c = Connect(server->port());
+  EXPECT_EQ(GetStatus(*c, "leased"), 404);
+}
+
+TEST(MetadataServerTest, SigtermStopsCleanly) {
+  Result<TempDir> dir = TempDir::Create("metasrv-sig");
+  ASSERT_TRUE(dir.ok());
+  Result<uint16_t> port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  Result<std::unique_ptr<ChildProcess>> child = ChildProcess::Spawn(
+      {ServerBinary(), "--port", std::to_string(*port), "--data", dir->path() + "/data.json"},
+      dir->path() + "/server.log");
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(WaitForPort(*port, 10s)) << (*child)->LogTail();
+  auto c = Connect(*port);
+  EXPECT_EQ(PutKey(*c, "key=k", "v"), 200);
+  const int status = (*child)->Stop(5s);
+  ASSERT_TRUE(WIFEXITED(status)) << "wait status " << status << "\n" << (*child)->LogTail();
+  EXPECT_EQ(WEXITSTATUS(status), 0) << (*child)->LogTail();
+  EXPECT_NE((*child)->LogTail().find("ready port=" + std::to_string(*port)), std::string::npos);
+  EXPECT_NE(ReadFile(dir->path() + "/data.json").find("\"key\":\"k\""), std::string::npos);
+}
+
+TEST(MetadataServerTest, PortZeroPicksAFreePortAndSaysWhich) {
+  Result<TempDir> dir = TempDir::Create("metasrv-port0");
+  ASSERT_TRUE(dir.ok());
+  Result<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Spawn({ServerBinary(), "--port", "0"}, dir->path() + "/server.log");
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::smatch match;
+  std::string log;
+  const std::regex ready("ready port=([0-9]+)\n");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        log = (*child)->LogTail();
+        return std::regex_search(log, match, ready);
+      },
+      10s))
+      << log;
+  const int port = std::stoi(match[1].str());
+  ASSERT_GT(port, 0);
+  auto c = Connect(static_cast<uint16_t>(port));
+  EXPECT_EQ(StatusOf(c->Get("/health")), 200);
+  const int status = (*child)->Stop(5s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(MetadataServerTest, CorruptDataFileStopsTheStart) {
+  Result<TempDir> dir = TempDir::Create("metasrv-corrupt");
+  ASSERT_TRUE(dir.ok());
+  Result<uint16_t> port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::string data = dir->path() + "/data.json";
+  const std::string args = "--port " + std::to_string(*port) + " --data " + data;
+  for (const std::string& corrupt :
+       {std::string("{\"format\":\"ferry-metadata-server\",\"version\":1,\"keys\":[{\"key\""),
+        std::string(""), std::string(R"({"format":"other","version":1,"keys":[]})"),
+        std::string(R"({"format":"ferry-metadata-server","version":1,"keys":[)"
+                    R"({"key":"k","value_b64":"!!","expires_unix_ms":0}]})")}) {
+    WriteFile(data, corrupt);
+    std::string output;
+    EXPECT_EQ(RunToExit(*dir, args, &output), 2) << output;
+    EXPECT_NE(output.find("corrupt data file " + data), std::string::npos) << output;
+    EXPECT_EQ(ReadFile(data), corrupt);  // never discarded or rewritten
+  }
+}
+
+TEST(MetadataServerTest, CommandLine) {
+  Result<TempDir> dir = TempDir::Create("metasrv-cli");
+  ASSERT_TRUE(dir.ok());
+  std::string output;
+  EXPECT_EQ(RunToExit(*dir, "--help", &output), 0);
+  EXPECT_NE(output.find("usage: ferry-metadata-server"), std::string::npos) << output;
+  EXPECT_NE(output.find("value_b64"), std::string::npos) << output;
+  for (const char* bad :
+       {"--bogus", "--port 70000", "--port", "--max-body 0", "--path nope", "stray", "--ttl=3"}) {
+    EXPECT_EQ(RunToExit(*dir, bad, &output), 2) << bad << ": " << output;
+    EXPECT_NE(output.find("usage:"), std::string::npos) << bad << ": " << output;
+  }
+  // An unwritable data file is a start error too.
+  EXPECT_EQ(RunToExit(*dir, "--port 0 --data " + dir->path() + "/no/such/dir/data.json", &output),
+            2)
+      << output;
+}
+
+TEST(MetadataServerTest, CustomPath) {
+  auto server = MustStart({"--path", "/v1/meta.data"});
+  ASSERT_NE(server, nullptr);
+  auto c = Connect(server->port());
+  EXPECT_EQ(StatusOf(c->Put("/v1/meta.data?key=k", "v", "application/json")), 200);
+  EXPECT_EQ(StatusOf(c->Get("/v1/meta.data?key=k")), 200);
+  EXPECT_EQ(StatusOf(c->Get("/v1/metaXdata?key=k")), 404);  // '.' is literal, not a regex
+  EXPECT_EQ(StatusOf(c->Get("/metadata?key=k")), 404);
+}
+
+}  // namespace
+}  // namespace ferry::testing

@@ -1,0 +1,116 @@
+#include "metadata_server/server_options.h"
+
+#include <charconv>
+#include <optional>
+#include <string_view>
+
+#include "common/log.h"
+
+namespace ferry::metadata_server {
+namespace {
+
+std::optional<uint64_t> ParseUnsigned(std::string_view text) {
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+Status BadValue(std::string_view flag, std::string_view value, std::string_view want) {
+  return InvalidArgumentError("bad value '" + std::string(value) + "' for " + std::string(flag) +
+                              " (" + std::string(want) + ")");
+}
+
+// Applies one "--flag value" pair to `out`.
+Status ApplyFlag(std::string_view flag, std::string_view value, ServerOptions& out) {
+  if (flag == "--bind") {
+    if (value.empty()) return BadValue(flag, value, "an address");
+    out.bind = std::string(value);
+  } else if (flag == "--port") {
+    const auto port = ParseUnsigned(value);
+    if (!port || *port > 65535) return BadValue(flag, value, "0..65535");
+    out.port = static_cast<int>(*port);
+  } else if (flag == "--path") {
+    if (value.empty() || value.front() != '/' ||
+        value.find_first_of("?# ") != std::string_view::npos) {
+      return BadValue(flag, value, "an absolute path without '?', '#' or spaces");
+    }
+    out.path = std::string(value);
+  } else if (flag == "--data") {
+    out.data = std::string(value);
+  } else if (flag == "--max-body") {
+    const auto bytes = ParseUnsigned(value);
+    if (!bytes || *bytes == 0) return BadValue(flag, value, "a positive number of bytes");
+    out.max_body = static_cast<size_t>(*bytes);
+  } else if (flag == "--max-keys") {
+    const auto keys = ParseUnsigned(value);
+    if (!keys || *keys == 0) return BadValue(flag, value, "a positive number of keys");
+    out.max_keys = static_cast<size_t>(*keys);
+  } else if (flag == "--log-level") {
+    LogLevel level;
+    if (!ParseLogLevel(value, &level))
+      return BadValue(flag, value, "trace|debug|info|warn|error|off");
+    out.log_level = std::string(value);
+  } else {
+    return InvalidArgumentError("unknown flag '" + std::string(flag) + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ServerOptions> ParseServerOptions(const std::vector<std::string>& args) {
+  ServerOptions out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      out.help = true;
+      continue;
+    }
+    if (arg.substr(0, 2) != "--") {
+      return InvalidArgumentError("unexpected argument '" + std::string(arg) + "'");
+    }
+    std::string_view flag = arg;
+    std::string_view value;
+    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+    } else {
+      if (i + 1 >= args.size())
+        return InvalidArgumentError("flag " + std::string(arg) + " needs a value");
+      value = args[++i];
+    }
+    RETURN_IF_ERROR(ApplyFlag(flag, value, out));
+  }
+  return out;
+}
+
+std::string ServerUsage() {
+  return R"(usage: ferry-metadata-server [flags]
+
+A metadata server speaking Mooncake's HTTP metadata API:
+  GET    <path>?key=K          200 with the stored bytes | 404
+  PUT    <path>?key=K[&ttl=S]  store the body; with ttl (1..86400 s) the key vanishes S seconds
+                               after its last PUT. 200 | 400 | 413 (body too large) | 507 (full)
+  DELETE <path>?key=K          200 (also when absent)
+  GET    <path>?prefix=P       200 {"keys":[{"key":K,"value_b64":base64(V)},...]} sorted by key
+  GET    /health               200 {"status":"ok","keys":N}
+
+flags:
+  --bind ADDR        address to listen on (default 127.0.0.1)
+  --port N           port (default 8080; 0 picks a free one)
+  --path PATH        resource path (default /metadata)
+  --data FILE        persist every change to FILE (written atomically) and reload it at start;
+                     empty or absent: memory only. A corrupt FILE stops the start (exit 2).
+  --max-body BYTES   largest PUT body (default 16777216)
+  --max-keys N       most keys held (default 1000000)
+  --log-level L      trace|debug|info|warn|error|off (default: FERRY_LOG_LEVEL, else warn);
+                     requests are logged at debug
+  --help             this text
+
+Prints "ready port=<port>" on stdout once listening. SIGTERM or SIGINT stops it (exit 0).
+Exit codes: 0 clean stop, 1 cannot listen or serve, 2 bad flags or unreadable data file.
+)";
+}
+
+}  // namespace ferry::metadata_server
