@@ -71,7 +71,8 @@ void FetchDecode(benchmark::State& state, const std::string& connection) {
 }
 
 template <typename Server>
-void FetchDecodeFrom(benchmark::State& state, const std::string& scheme, const std::string& suffix) {
+void FetchDecodeFrom(benchmark::State& state, const std::string& scheme,
+                     const std::string& suffix) {
   static auto server = Server::Start();  // one server per store kind for the whole run
   if (!server.ok()) {
     state.SkipWithError(server.status().ToString().c_str());

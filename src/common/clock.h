@@ -25,7 +25,9 @@ class ManualClock final : public Clock {
   TimePoint Now() const override {
     return TimePoint(TimePoint::duration(now_ns_.load(std::memory_order_acquire)));
   }
-  void Advance(std::chrono::nanoseconds by) { now_ns_.fetch_add(by.count(), std::memory_order_acq_rel); }
+  void Advance(std::chrono::nanoseconds by) {
+    now_ns_.fetch_add(by.count(), std::memory_order_acq_rel);
+  }
 
  private:
   std::atomic<TimePoint::rep> now_ns_;

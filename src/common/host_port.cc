@@ -11,8 +11,8 @@ std::string HostPort::ToString() const {
 
 Result<HostPort> ParseHostPort(std::string_view text, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError(std::string(what) + " '" + std::string(text) + "': " +
-                                std::string(why) + " (expected host:port)");
+    return InvalidArgumentError(std::string(what) + " '" + std::string(text) +
+                                "': " + std::string(why) + " (expected host:port)");
   };
   std::string_view host;
   std::string_view port;
@@ -32,7 +32,8 @@ Result<HostPort> ParseHostPort(std::string_view text, std::string_view what) {
   }
   if (host.empty()) return bad("empty host");
   for (char c : host) {
-    if (c <= ' ' || c == '/' || c == '@' || c == ',' || c == 0x7f) return bad("bad character in host");
+    if (c <= ' ' || c == '/' || c == '@' || c == ',' || c == 0x7f)
+      return bad("bad character in host");
   }
   unsigned value = 0;
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);

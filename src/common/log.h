@@ -47,7 +47,7 @@ inline bool Enabled(LogLevel level) {
 }  // namespace ferry
 
 // A `for` that runs at most once keeps the macro safe inside an unbraced if/else.
-#define FERRY_LOG(level)                                                                  \
-  for (bool ferry_log_on_ = ::ferry::log_internal::Enabled(::ferry::LogLevel::level);    \
-       ferry_log_on_; ferry_log_on_ = false)                                             \
+#define FERRY_LOG(level)                                                              \
+  for (bool ferry_log_on_ = ::ferry::log_internal::Enabled(::ferry::LogLevel::level); \
+       ferry_log_on_; ferry_log_on_ = false)                                          \
   ::ferry::log_internal::LogMessage(::ferry::LogLevel::level, __FILE__, __LINE__).stream()

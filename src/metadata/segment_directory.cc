@@ -34,8 +34,8 @@ Result<std::unique_ptr<SegmentDirectory>> SegmentDirectory::Create(MetadataStore
   if (Watcher* watcher = store->watcher()) {
     SegmentDirectory* self = dir.get();
     ASSIGN_OR_RETURN(dir->watch_, watcher->Watch(dir->ram_prefix_, [self](const WatchEvent& e) {
-                       self->OnWatchEvent(e);
-                     }));
+      self->OnWatchEvent(e);
+    }));
   }
   return dir;
 }
@@ -140,8 +140,8 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
     } else if (allow_cached && error.code() == StatusCode::kUnavailable && entry.desc != nullptr) {
       // The store is down; a descriptor we had is better than none. The data path reports
       // STALE if it is wrong.
-      FERRY_LOG(kWarn) << "segment '" << name << "': store unavailable, using cached descriptor: "
-                       << error;
+      FERRY_LOG(kWarn) << "segment '" << name
+                       << "': store unavailable, using cached descriptor: " << error;
       return SegmentHandle{entry.id, entry.desc};
     }
     return error;
@@ -191,7 +191,8 @@ SegmentHandle SegmentDirectory::Install(std::string_view name,
   if (old_incarnation != 0 && old_incarnation != handle.desc->incarnation) {
     FERRY_LOG(kInfo) << "segment '" << name << "' restarted: incarnation " << old_incarnation
                      << " -> " << handle.desc->incarnation;
-    if (options_.on_restarted) options_.on_restarted(name, old_incarnation, handle.desc->incarnation);
+    if (options_.on_restarted)
+      options_.on_restarted(name, old_incarnation, handle.desc->incarnation);
   }
   return handle;
 }
@@ -259,7 +260,8 @@ SegmentPublisher::SegmentPublisher(MetadataStore* store, std::string prefix)
     : store_(store), prefix_(std::move(prefix)) {}
 
 Status SegmentPublisher::Publish(const SegmentDesc& desc) {
-  RETURN_IF_ERROR(ValidateSegmentDesc(desc).WithContext("not publishing segment '" + desc.name + "'"));
+  RETURN_IF_ERROR(
+      ValidateSegmentDesc(desc).WithContext("not publishing segment '" + desc.name + "'"));
   const std::string json = EncodeSegmentDesc(desc);
   const std::string rpc_meta = RpcMetaValue(desc);
   MutexLock lock(mu_);

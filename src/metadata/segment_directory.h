@@ -97,10 +97,10 @@ class SegmentDirectory {
     std::shared_ptr<const SegmentDesc> desc;
     Clock::TimePoint fetched_at{};
     bool stale = true;
-    bool fetching = false;     // one thread is fetching this name
-    uint64_t fetch_seq = 0;    // bumped when a fetch finishes
-    Status last_error;         // result of the last finished fetch, shared with its waiters
-    uint64_t generation = 0;   // bumped by each install and invalidation
+    bool fetching = false;    // one thread is fetching this name
+    uint64_t fetch_seq = 0;   // bumped when a fetch finishes
+    Status last_error;        // result of the last finished fetch, shared with its waiters
+    uint64_t generation = 0;  // bumped by each install and invalidation
   };
 
   SegmentDirectory(MetadataStore* store, DirectoryOptions options);

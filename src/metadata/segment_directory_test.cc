@@ -31,7 +31,9 @@ class CountingStore final : public MetadataStore {
     return inner_->Put(key, value, o);
   }
   Status Delete(std::string_view key) override { return inner_->Delete(key); }
-  Result<std::vector<KeyValue>> List(std::string_view prefix) override { return inner_->List(prefix); }
+  Result<std::vector<KeyValue>> List(std::string_view prefix) override {
+    return inner_->List(prefix);
+  }
   Watcher* watcher() override { return hide_watch_ ? nullptr : inner_->watcher(); }
   void Abandon() override { inner_->Abandon(); }
 
@@ -125,9 +127,8 @@ TEST_F(SegmentDirectoryTest, AFailedFetchIsSharedByItsWaiters) {
   std::vector<std::thread> threads;
   std::atomic<int> not_found{0};
   for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      not_found += dir->Open("ghost").status().code() == StatusCode::kNotFound ? 1 : 0;
-    });
+    threads.emplace_back(
+        [&] { not_found += dir->Open("ghost").status().code() == StatusCode::kNotFound ? 1 : 0; });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(not_found.load(), 8);
@@ -215,7 +216,8 @@ TEST_F(SegmentDirectoryTest, MalformedStoredValueIsAnErrorAndLeavesTheCacheUntou
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->desc, before->desc);
   // A descriptor stored under another segment's name is rejected too.
-  ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", "node-m"), EncodeSegmentDesc(MakeDesc("x", 1))).ok());
+  ASSERT_TRUE(
+      owner_->Put(SegmentDescKey("ferry", "node-m"), EncodeSegmentDesc(MakeDesc("x", 1))).ok());
   EXPECT_EQ(dir->Sync("node-m").code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(dir->Open("node-m")->desc, before->desc);
 }
@@ -226,8 +228,8 @@ TEST_F(SegmentDirectoryTest, ReplacementKeepsOldSnapshotsAndReportsRestarts) {
   CountingStore store(reader_.get(), /*hide_watch=*/true);
   std::vector<std::pair<uint64_t, uint64_t>> restarts;
   auto dir = MakeDirectory(&store, {.on_restarted = [&](std::string_view, uint64_t a, uint64_t b) {
-                                      restarts.emplace_back(a, b);
-                                    }});
+    restarts.emplace_back(a, b);
+  }});
   Result<SegmentHandle> old_handle = dir->Open("node-r");
   ASSERT_TRUE(old_handle.ok());
   ASSERT_TRUE(publisher.Publish(MakeDesc("node-r", 12, 4)).ok());  // restarted, new buffers

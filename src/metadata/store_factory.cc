@@ -16,11 +16,12 @@ constexpr std::string_view kForms =
     "redis://[user:password@]host:port[/db], http://host:port/path, P2PHANDSHAKE, memory://[name]";
 
 Status Bad(std::string_view connection, std::string_view why) {
-  return InvalidArgumentError("metadata connection string '" + std::string(connection) + "': " +
-                              std::string(why) + " (" + std::string(kForms) + ")");
+  return InvalidArgumentError("metadata connection string '" + std::string(connection) +
+                              "': " + std::string(why) + " (" + std::string(kForms) + ")");
 }
 
-Result<std::vector<HostPort>> ParseEndpointList(std::string_view list, std::string_view connection) {
+Result<std::vector<HostPort>> ParseEndpointList(std::string_view list,
+                                                std::string_view connection) {
   std::vector<HostPort> out;
   size_t pos = 0;
   while (pos <= list.size()) {
@@ -51,8 +52,7 @@ Result<StoreAddress> ParseRedis(std::string_view rest, std::string_view connecti
   if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
     const std::string_view db = rest.substr(slash + 1);
     auto [ptr, ec] = std::from_chars(db.data(), db.data() + db.size(), a.db);
-    if (db.empty() || ec != std::errc() || ptr != db.data() + db.size() || a.db < 0 ||
-        a.db > 15) {
+    if (db.empty() || ec != std::errc() || ptr != db.data() + db.size() || a.db < 0 || a.db > 15) {
       return Bad(connection, "redis database must be 0..15");
     }
     rest = rest.substr(0, slash);
@@ -113,7 +113,8 @@ Result<std::unique_ptr<MetadataStore>> CreateMetadataStore(std::string_view conn
       return CreateEtcdStore(a.endpoints, options);
     case StoreAddress::Kind::kRedis:
       return CreateRedisStore(
-          RedisConfig{.server = a.endpoints.front(), .user = a.user, .password = a.password, .db = a.db},
+          RedisConfig{
+              .server = a.endpoints.front(), .user = a.user, .password = a.password, .db = a.db},
           options);
     case StoreAddress::Kind::kHttp:
       return CreateHttpStore(a.endpoints.front(), a.path, options);

@@ -25,10 +25,14 @@ enum class Kind { kMemory, kEtcd, kRedis, kHttp };
 
 std::string KindName(Kind kind) {
   switch (kind) {
-    case Kind::kMemory: return "memory";
-    case Kind::kEtcd: return "etcd";
-    case Kind::kRedis: return "redis";
-    case Kind::kHttp: return "http";
+    case Kind::kMemory:
+      return "memory";
+    case Kind::kEtcd:
+      return "etcd";
+    case Kind::kRedis:
+      return "redis";
+    case Kind::kHttp:
+      return "http";
   }
   return "?";
 }
@@ -67,8 +71,7 @@ class MetadataPlaneTest : public ::testing::TestWithParam<Kind> {
 
   void SetUp() override {
     switch (GetParam()) {
-      case Kind::kMemory:
-      {
+      case Kind::kMemory: {
         std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
         std::replace(name.begin(), name.end(), '/', '-');
         connection_ = "memory://plane-" + name;
@@ -153,13 +156,13 @@ TEST_P(MetadataPlaneTest, ChangesReachOtherClientsWithinASecond) {
     return h.ok() && h->desc->buffers.size() == 4;
   }));
   ASSERT_TRUE(publisher.Remove().ok());
-  EXPECT_TRUE(Eventually(1000ms, [&] {
-    return dir->Open("node").status().code() == StatusCode::kNotFound;
-  }));
+  EXPECT_TRUE(Eventually(
+      1000ms, [&] { return dir->Open("node").status().code() == StatusCode::kNotFound; }));
 }
 
 TEST_P(MetadataPlaneTest, CrashedOwnersEntryExpiresWithinItsTtl) {
-  if (GetParam() == Kind::kMemory) GTEST_SKIP() << "memory leases run on a clock; see its own tests";
+  if (GetParam() == Kind::kMemory)
+    GTEST_SKIP() << "memory leases run on a clock; see its own tests";
   auto owner = Connect();
   auto reader = Connect();
   ASSERT_TRUE(owner && reader);
@@ -191,9 +194,8 @@ TEST_P(MetadataPlaneTest, ClientsRecoverAndRepublishAfterTheServerRestarts) {
   // The owner's lease keeper writes its keys again if the server lost them, and keeps them
   // alive past several TTLs.
   std::this_thread::sleep_for(kLeaseTtl * 2);
-  EXPECT_TRUE(Eventually(kLeaseTtl, [&] {
-    return reader->Get(SegmentDescKey("ferry", "survivor")).ok();
-  }));
+  EXPECT_TRUE(
+      Eventually(kLeaseTtl, [&] { return reader->Get(SegmentDescKey("ferry", "survivor")).ok(); }));
   // Both clients work again: a new version is published and seen.
   ASSERT_TRUE(publisher.Publish(MakeDesc("survivor", 3, 2)).ok());
   EXPECT_TRUE(Eventually(2000ms, [&] {

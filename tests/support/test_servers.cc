@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -74,8 +75,24 @@ bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::string> argv,
                                                           std::string log_path) {
+  return SpawnImpl(std::move(argv), std::move(log_path), /*piped=*/false);
+}
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::SpawnPiped(std::vector<std::string> argv,
+                                                               std::string log_path) {
+  return SpawnImpl(std::move(argv), std::move(log_path), /*piped=*/true);
+}
+
+Result<std::unique_ptr<ChildProcess>> ChildProcess::SpawnImpl(std::vector<std::string> argv,
+                                                              std::string log_path, bool piped) {
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) return InternalError("open " + log_path + ": " + std::strerror(errno));
+  int in_pipe[2] = {-1, -1};
+  int out_pipe[2] = {-1, -1};
+  if (piped && (::pipe2(in_pipe, O_CLOEXEC) != 0 || ::pipe2(out_pipe, O_CLOEXEC) != 0)) {
+    ::close(log_fd);
+    return InternalError(std::string("pipe: ") + std::strerror(errno));
+  }
   std::vector<char*> args;
   for (std::string& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
@@ -85,10 +102,10 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::strin
     return InternalError(std::string("fork: ") + std::strerror(errno));
   }
   if (pid == 0) {
-    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(piped ? out_pipe[1] : log_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
     int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    ::dup2(piped ? in_pipe[0] : devnull, STDIN_FILENO);
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test that started it
     ::execv(args[0], args.data());
@@ -96,10 +113,53 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::strin
     ::_exit(127);
   }
   ::close(log_fd);
-  return std::unique_ptr<ChildProcess>(new ChildProcess(pid, std::move(log_path)));
+  std::unique_ptr<ChildProcess> child(new ChildProcess(pid, std::move(log_path)));
+  if (piped) {
+    ::close(in_pipe[0]);
+    ::close(out_pipe[1]);
+    child->stdin_fd_ = in_pipe[1];
+    child->stdout_fd_ = out_pipe[0];
+  }
+  return child;
 }
 
-ChildProcess::~ChildProcess() { Kill(); }
+Status ChildProcess::WriteLine(const std::string& line) {
+  const std::string data = line + "\n";
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(stdin_fd_, data.data() + done, data.size() - done);
+    if (n <= 0) return UnavailableError("child's stdin is closed");
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ChildProcess::ReadLine(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const size_t newline = buffered_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = buffered_.substr(0, newline);
+      buffered_.erase(0, newline + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return TimeoutError("no line from the child in time");
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(stdout_fd_, buf, sizeof(buf));
+    if (n <= 0) return UnavailableError("the child closed its stdout");
+    buffered_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  Kill();
+  if (stdin_fd_ >= 0) ::close(stdin_fd_);
+  if (stdout_fd_ >= 0) ::close(stdout_fd_);
+}
 
 bool ChildProcess::running() {
   if (reaped_) return false;
@@ -147,13 +207,15 @@ Status TestServer::Launch() {
   if (!WaitReady(15s) || !process_->running()) {
     std::string tail = process_->LogTail();
     process_->Kill();
-    return UnavailableError(name() + " did not start on port " + std::to_string(port_) +
-                            "; log " + log + ":\n" + tail);
+    return UnavailableError(name() + " did not start on port " + std::to_string(port_) + "; log " +
+                            log + ":\n" + tail);
   }
   return Status::Ok();
 }
 
-bool TestServer::WaitReady(std::chrono::milliseconds timeout) { return WaitForPort(port_, timeout); }
+bool TestServer::WaitReady(std::chrono::milliseconds timeout) {
+  return WaitForPort(port_, timeout);
+}
 
 Status TestServer::Restart() {
   if (process_ != nullptr) process_->Stop();
@@ -233,9 +295,19 @@ Result<std::unique_ptr<RedisServer>> RedisServer::Start(std::string password) {
 }
 
 std::vector<std::string> RedisServer::Command() const {
-  std::vector<std::string> cmd = {"/usr/bin/redis-server", "--bind", "127.0.0.1", "--port",
-                                  std::to_string(port_), "--dir", dir_.path(),
-                                  "--save", "", "--appendonly", "yes", "--daemonize", "no"};
+  std::vector<std::string> cmd = {"/usr/bin/redis-server",
+                                  "--bind",
+                                  "127.0.0.1",
+                                  "--port",
+                                  std::to_string(port_),
+                                  "--dir",
+                                  dir_.path(),
+                                  "--save",
+                                  "",
+                                  "--appendonly",
+                                  "yes",
+                                  "--daemonize",
+                                  "no"};
   if (!password_.empty()) {
     cmd.push_back("--requirepass");
     cmd.push_back(password_);
@@ -257,8 +329,13 @@ Result<std::unique_ptr<MetadataServer>> MetadataServer::Start(std::vector<std::s
 }
 
 std::vector<std::string> MetadataServer::Command() const {
-  std::vector<std::string> cmd = {BinDir() + "/ferry-metadata-server", "--bind", "127.0.0.1",
-                                  "--port", std::to_string(port_), "--data", data_path()};
+  std::vector<std::string> cmd = {BinDir() + "/ferry-metadata-server",
+                                  "--bind",
+                                  "127.0.0.1",
+                                  "--port",
+                                  std::to_string(port_),
+                                  "--data",
+                                  data_path()};
   cmd.insert(cmd.end(), extra_args_.begin(), extra_args_.end());
   return cmd;
 }

@@ -43,8 +43,15 @@ bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout);
 // One child process, started with execv, its output in `log_path`.
 class ChildProcess {
  public:
+  // Output goes to `log_path` (appended).
   static Result<std::unique_ptr<ChildProcess>> Spawn(std::vector<std::string> argv,
                                                      std::string log_path);
+  // stdin and stdout are pipes to the test (WriteLine / ReadLine); stderr goes to `log_path`.
+  static Result<std::unique_ptr<ChildProcess>> SpawnPiped(std::vector<std::string> argv,
+                                                          std::string log_path);
+  Status WriteLine(const std::string& line);
+  // The next line of the child's stdout, without the newline; Timeout / Unavailable (EOF).
+  Result<std::string> ReadLine(std::chrono::milliseconds timeout);
   ~ChildProcess();  // SIGKILL if still running
   pid_t pid() const { return pid_; }
   bool running();
@@ -57,7 +64,12 @@ class ChildProcess {
 
  private:
   ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  static Result<std::unique_ptr<ChildProcess>> SpawnImpl(std::vector<std::string> argv,
+                                                         std::string log_path, bool piped);
   pid_t pid_;
+  int stdin_fd_ = -1;
+  int stdout_fd_ = -1;
+  std::string buffered_;
   std::string log_path_;
   bool reaped_ = false;
 };
@@ -89,6 +101,7 @@ class TestServer {
 class EtcdServer final : public TestServer {
  public:
   static Result<std::unique_ptr<EtcdServer>> Start();
+
  private:
   using TestServer::TestServer;
   std::vector<std::string> Command() const override;
@@ -101,6 +114,7 @@ class RedisServer final : public TestServer {
  public:
   // `password`: when non-empty, requirepass is set.
   static Result<std::unique_ptr<RedisServer>> Start(std::string password = "");
+
  private:
   using TestServer::TestServer;
   std::vector<std::string> Command() const override;
@@ -113,6 +127,7 @@ class MetadataServer final : public TestServer {
  public:
   static Result<std::unique_ptr<MetadataServer>> Start(std::vector<std::string> extra_args = {});
   std::string data_path() const { return dir_.path() + "/metadata.json"; }
+
  private:
   using TestServer::TestServer;
   std::vector<std::string> Command() const override;

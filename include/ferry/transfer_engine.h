@@ -1,0 +1,133 @@
+// TransferEngine: the facade users call, with the method names users of Mooncake-style engines
+// know and Status/Result returns.
+//
+//   ferry::TransferEngine engine;
+//   RETURN_IF_ERROR(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0));
+//   RETURN_IF_ERROR(engine.registerLocalMemory(buf, len));
+//   ASSIGN_OR_RETURN(ferry::SegmentId peer, engine.openSegment("127.0.0.1:15000"));
+//   ASSIGN_OR_RETURN(ferry::BatchId batch, engine.allocateBatchID(1));
+//   RETURN_IF_ERROR(engine.submitTransfer(batch, {{ferry::OpCode::kWrite, buf, peer, remote,
+//   len}}));
+//   ... poll getBatchTransferStatus(batch) until it is done ...
+//   RETURN_IF_ERROR(engine.freeBatchID(batch));
+//
+// Behaviour:
+//  - Requests are copied at submit; the caller's vector need not outlive the call.
+//  - Every task ends as COMPLETED, FAILED or TIMEOUT, with a reason, by its deadline
+//    (EngineOptions::task_timeout).
+//  - A WRITE completes only after the target applied it; a notification reaches the target only
+//    after the data of its batch is in place.
+//  - The local side of every request must lie inside memory registered with this engine.
+//  - A transfer to this engine's own segment is a checked memcpy.
+//
+// Thread contract: thread-safe after init(); init() once, before anything else.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/options.h"
+#include "ferry/status.h"
+#include "ferry/types.h"
+
+namespace ferry {
+
+struct TransferRequest {
+  OpCode opcode = OpCode::kWrite;
+  void* source = nullptr;      // local address (registered memory)
+  SegmentId target_id = 0;     // from openSegment
+  uint64_t target_offset = 0;  // address in the target segment (its BufferDesc::addr space)
+  uint64_t length = 0;
+};
+
+enum class TransferState : uint8_t { kWaiting, kPending, kCompleted, kFailed, kTimeout, kCanceled };
+std::string_view TransferStateName(TransferState state);
+
+struct TransferStatus {
+  TransferState state = TransferState::kWaiting;
+  uint64_t transferred_bytes = 0;
+  Status reason;  // why it FAILED / TIMEOUT; Ok otherwise
+  bool done() const { return state != TransferState::kWaiting && state != TransferState::kPending; }
+};
+
+// A batch's summary in O(1): its state is kCompleted when every task completed, kFailed (or
+// kTimeout) once every task ended and one did not complete, kPending otherwise.
+struct BatchStatus {
+  TransferState state = TransferState::kPending;
+  size_t tasks = 0;
+  size_t completed = 0;
+  size_t failed = 0;  // FAILED, TIMEOUT or CANCELED
+  uint64_t transferred_bytes = 0;
+  Status first_error;
+};
+
+struct NotifyMessage {
+  std::string name;     // the sender's segment name (filled in by the engine)
+  std::string payload;  // what the sender passed
+};
+
+struct BufferEntry {
+  void* addr = nullptr;
+  size_t length = 0;
+};
+
+class TransferEngine {
+ public:
+  TransferEngine();
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // Starts the RPC service and the transports, connects the metadata store and publishes this
+  // segment. `local_server_name` empty: "<host>:<rpc port>".
+  Status init(const std::string& metadata_conn, const std::string& local_server_name,
+              const std::string& host, uint16_t rpc_port);
+  Status init(const EngineOptions& options);
+
+  std::string localSegmentName() const;
+  uint16_t rpcPort() const;
+
+  // location: "cpu", "cpu:<numa>", "cuda:<n>", ... or "*" (detect).
+  Status registerLocalMemory(void* addr, size_t length, const std::string& location = "*",
+                             bool remote_accessible = true, bool update_metadata = true);
+  Status unregisterLocalMemory(void* addr, bool update_metadata = true);
+  // All or nothing; publishes once.
+  Status registerLocalMemoryBatch(const std::vector<BufferEntry>& buffers,
+                                  const std::string& location = "*");
+  Status unregisterLocalMemoryBatch(const std::vector<void*>& addrs);
+  // Ok when [addr, addr + length) overlaps no registered region; Overlap naming it otherwise.
+  Status checkOverlap(void* addr, size_t length);
+
+  Result<SegmentId> openSegment(const std::string& name);
+  Status closeSegment(SegmentId id);
+  // Refetches one segment's descriptor, or every cached one when `name` is empty.
+  Status syncSegmentCache(const std::string& name = "");
+  // Asks the segment's engine whether it is alive; Ok with its incarnation.
+  Result<uint64_t> probeSegment(SegmentId id);
+
+  Result<BatchId> allocateBatchID(size_t batch_size);
+  // Busy while any task of the batch is still in flight.
+  Status freeBatchID(BatchId batch);
+  // Again when the batch has no room for the requests; InvalidArgument for a malformed request
+  // (nothing of this call is queued then).
+  Status submitTransfer(BatchId batch, const std::vector<TransferRequest>& requests);
+  // As submitTransfer; `notify` is delivered to the target of the requests once all of them
+  // completed (all requests must target one segment).
+  Status submitTransferWithNotify(BatchId batch, const std::vector<TransferRequest>& requests,
+                                  const NotifyMessage& notify);
+  Result<TransferStatus> getTransferStatus(BatchId batch, size_t task_id);
+  Result<BatchStatus> getBatchTransferStatus(BatchId batch);
+
+  // Notifications received since the last call, in arrival order.
+  std::vector<NotifyMessage> getNotifies();
+  Status sendNotify(SegmentId target, const NotifyMessage& notify);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,42 @@
+# Shared by scripts/demo.sh and bench/tcp.sh (sourced, not run): a ferry-bench target in the
+# background, killed by PID on exit, and a tiny JSON field reader.
+# Needs: $bin (the build's bin folder). Provides: $work, start_target, json_field.
+
+work=$(mktemp -d)
+target_pid=""
+cleanup() {
+  if [[ -n "$target_pid" ]] && kill -0 "$target_pid" 2>/dev/null; then
+    kill -TERM "$target_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$target_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$target_pid" 2>/dev/null || true
+    wait "$target_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The value of "key" in a flat one-line JSON object: json_field <json> <key>.
+json_field() { sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1"; }
+
+# start_target [ferry-bench target flags...]: starts a P2PHANDSHAKE tcp target on 127.0.0.1 and
+# waits (bounded, 30 s) for its ready line; sets target_pid, ready, segment and target_addr.
+start_target() {
+  "$bin/ferry-bench" --mode=target --protocol=tcp --metadata_server=P2PHANDSHAKE \
+    --host=127.0.0.1 "$@" >"$work/target.out" 2>"$work/target.err" &
+  target_pid=$!
+  ready=""
+  for _ in $(seq 300); do
+    ready=$(grep -m1 '^ready ' "$work/target.out" || true)
+    [[ -n "$ready" ]] && break
+    kill -0 "$target_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z "$ready" ]]; then
+    echo "$(basename "$0"): the target did not become ready:" >&2
+    cat "$work/target.err" >&2
+    exit 1
+  fi
+  segment=$(sed -n 's/.* segment=\([^ ]*\).*/\1/p' <<<"$ready")
+  target_addr=$(sed -n 's/.* addr=\([^ ]*\).*/\1/p' <<<"$ready")
+}

@@ -1,0 +1,402 @@
+#include "ferry/transfer_engine.h"
+
+#include <random>
+
+#include "common/log.h"
+#include "core/location.h"
+#include "engine/builtin_transports.h"
+#include "engine/engine_impl.h"
+#include "engine/host_identity.h"
+#include "metadata/p2p/p2p_store.h"
+#include "metadata/store_factory.h"
+#include "rpc/messages.h"
+
+namespace ferry {
+
+std::string_view TransferStateName(TransferState state) {
+  switch (state) {
+    case TransferState::kWaiting:
+      return "WAITING";
+    case TransferState::kPending:
+      return "PENDING";
+    case TransferState::kCompleted:
+      return "COMPLETED";
+    case TransferState::kFailed:
+      return "FAILED";
+    case TransferState::kTimeout:
+      return "TIMEOUT";
+    case TransferState::kCanceled:
+      return "CANCELED";
+  }
+  return "?";
+}
+
+namespace {
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
+  return id;
+}
+
+}  // namespace
+
+// ---- Impl: life cycle ----------------------------------------------------------------------
+
+TransferEngine::Impl::~Impl() {
+  {
+    MutexLock lock(progress_mu_);
+    stopping_ = true;
+    progress_cv_.NotifyAll();
+  }
+  if (progress_.joinable()) progress_.join();
+  if (rpc_server_ != nullptr) rpc_server_->Stop();
+  for (auto& t : transports_) t->Stop();  // fails what is in flight
+  if (publisher_ != nullptr) {
+    Status s = publisher_->Remove();
+    if (!s.ok()) FERRY_LOG(kWarn) << "removing segment '" << name_ << "' at shutdown: " << s;
+  }
+  directory_.reset();
+  publisher_.reset();
+  store_.reset();
+  {
+    MutexLock lock(batches_mu_);
+    batches_.clear();  // releases the local pins tasks still hold
+  }
+}
+
+Status TransferEngine::Impl::Init(const EngineOptions& options) {
+  if (registry_ != nullptr) return BusyError("init() was already called");
+  options_ = options;
+  if (options_.slice_size == 0) return InvalidArgumentError("slice_size must be > 0");
+  if (options_.task_timeout.count() <= 0) return InvalidArgumentError("task_timeout must be > 0");
+  incarnation_ = NewIncarnation();
+  registry_ = std::make_unique<LocalRegistry>(
+      RegistryOptions{.drain_timeout = options_.unregister_drain_timeout});
+  policy_ = std::make_unique<engine::SelectionPolicy>(Clock::Real());
+
+  ASSIGN_OR_RETURN(rpc_server_, RpcServer::Create({.bind_host = options_.host,
+                                                   .port = options_.rpc_port,
+                                                   .port_range_end = options_.rpc_port_range_end}));
+  name_ = options_.local_server_name.empty()
+              ? HostPort{options_.host, rpc_server_->port()}.ToString()
+              : options_.local_server_name;
+  RETURN_IF_ERROR(RegisterRpcHandlers());
+  RETURN_IF_ERROR(rpc_server_->Start());
+
+  rpc_client_ = std::make_unique<RpcClient>();
+  p2p_source_ = std::make_unique<RpcDescriptorSource>(rpc_client_.get(), options_.request_timeout);
+  Result<StoreAddress> address = ParseStoreAddress(options_.metadata_conn);
+  if (!address.ok()) return address.status();
+  if (address->kind == StoreAddress::Kind::kP2P && !PeerOfKey(name_).ok()) {
+    return InvalidArgumentError("with P2PHANDSHAKE the segment name must be host:rpc_port, not '" +
+                                name_ + "'");
+  }
+  ASSIGN_OR_RETURN(store_, CreateMetadataStore(options_.metadata_conn,
+                                               {.request_timeout = options_.request_timeout,
+                                                .lease_ttl = options_.lease_ttl},
+                                               p2p_source_.get()));
+  ASSIGN_OR_RETURN(directory_, SegmentDirectory::Create(
+                                   store_.get(), {.prefix = options_.metadata_prefix,
+                                                  .cache_ttl = options_.segment_cache_ttl,
+                                                  .fetch_timeout = options_.request_timeout * 2}));
+  publisher_ = std::make_unique<SegmentPublisher>(store_.get(), options_.metadata_prefix);
+
+  base_desc_.name = name_;
+  base_desc_.incarnation = incarnation_;
+  base_desc_.rpc = {options_.host, rpc_server_->port()};
+  base_desc_.host = LocalHostIdentity();
+  RETURN_IF_ERROR(StartTransports());
+  RETURN_IF_ERROR(Publish());
+  progress_ = std::thread([this] { ProgressLoop(); });
+  FERRY_LOG(kInfo) << "engine '" << name_ << "' up, incarnation " << incarnation_;
+  return Status::Ok();
+}
+
+uint16_t TransferEngine::Impl::rpc_port() const { return rpc_server_->port(); }
+
+Status TransferEngine::Impl::StartTransports() {
+  ASSIGN_OR_RETURN(transports_, CreateBuiltinTransports(options_.transports));
+  for (auto& t : transports_) {
+    Result<std::string> bytes =
+        t->Start(this, {.local_segment = name_, .bind_host = options_.host});
+    if (!bytes.ok())
+      return bytes.status().WithContext("starting transport '" + std::string(t->name()) + "'");
+    base_desc_.transports[std::string(t->name())] = *bytes;
+  }
+  return Status::Ok();
+}
+
+Transport* TransferEngine::Impl::FindTransport(std::string_view name) const {
+  for (const auto& t : transports_) {
+    if (t->name() == name) return t.get();
+  }
+  return nullptr;
+}
+
+bool TransferEngine::Impl::SameHost(const SegmentDesc& peer) const {
+  return IsSameHost(base_desc_.host, peer.host);
+}
+
+Status TransferEngine::Impl::RegisterRpcHandlers() {
+  RETURN_IF_ERROR(rpc_server_->RegisterHandler(
+      ToWire(RpcType::kGetSegmentDesc),
+      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
+        ASSIGN_OR_RETURN(std::string key, UnpackGetSegmentDescRequest(payload));
+        MutexLock lock(publish_mu_);
+        auto it = published_.find(key);
+        if (it == published_.end()) return NotFoundError("no key '" + key + "' at " + name_);
+        return it->second;
+      }));
+  RETURN_IF_ERROR(rpc_server_->RegisterHandler(
+      ToWire(RpcType::kNotify),
+      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
+        ASSIGN_OR_RETURN(NotifyRequest request, UnpackNotifyRequest(payload));
+        MutexLock lock(notify_mu_);
+        notifies_.push_back({std::move(request.segment_name), std::move(request.notify)});
+        return std::string();
+      }));
+  RETURN_IF_ERROR(rpc_server_->RegisterHandler(
+      ToWire(RpcType::kProbe),
+      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
+        RETURN_IF_ERROR(UnpackEmpty(payload, "probe request"));
+        return Pack(ProbeResponse{incarnation_, name_});
+      }));
+  return rpc_server_->RegisterHandler(
+      ToWire(RpcType::kExchange),
+      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
+        ASSIGN_OR_RETURN(ExchangeRequest request, UnpackExchangeRequest(payload));
+        Transport* t = FindTransport(request.transport);
+        if (t == nullptr)
+          return NotFoundError("no transport '" + request.transport + "' at " + name_);
+        return t->OnExchange(request.bytes);
+      });
+}
+
+Status TransferEngine::Impl::Publish() {
+  SegmentDesc desc = base_desc_;
+  desc.buffers = registry_->Snapshot();
+  MutexLock lock(publish_mu_);
+  RETURN_IF_ERROR(publisher_->Publish(desc));
+  published_[SegmentDescKey(options_.metadata_prefix, name_)] = EncodeSegmentDesc(desc);
+  published_[RpcMetaKey(options_.metadata_prefix, name_)] = RpcMetaValue(desc);
+  return Status::Ok();
+}
+
+// ---- Impl: memory --------------------------------------------------------------------------
+
+Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buffers,
+                                            const std::string& location, bool remote_accessible,
+                                            bool publish) {
+  ASSIGN_OR_RETURN(Location requested, Location::Parse(location));
+  std::vector<RegionSpec> specs;
+  // Transport registrations made so far, undone if anything fails.
+  std::vector<std::pair<Transport*, BufferEntry>> made;
+  auto fail = [&](const Status& error) {
+    for (auto& [t, b] : made) {
+      t->UnregisterMemory(reinterpret_cast<uint64_t>(b.addr), b.length).IgnoreError();
+    }
+    return error;
+  };
+  for (const BufferEntry& b : buffers) {
+    const uint64_t addr = reinterpret_cast<uint64_t>(b.addr);
+    if (b.addr == nullptr || b.length == 0) {
+      return fail(InvalidArgumentError("cannot register a null address or zero bytes"));
+    }
+    // Every installed transport registers every buffer, so any overlap with a registered
+    // region is an error; checking first keeps transports from touching a live registration.
+    if (Status overlap = registry_->CheckOverlap(addr, b.length); !overlap.ok()) {
+      Result<BufferDesc> same = registry_->Lookup(addr);
+      if (same.ok() && same->addr == addr && same->length == b.length) {
+        return fail(AlreadyExistsError(overlap.message()));
+      }
+      return fail(overlap);
+    }
+    Location where = requested;
+    if (where.kind == Location::Kind::kDetect) {
+      Result<Location> detected = DetectHostLocation(b.addr);
+      if (!detected.ok()) return fail(detected.status());
+      where = *detected;
+    }
+    for (auto& t : transports_) {
+      Result<std::string> key = t->RegisterMemory(addr, b.length, where);
+      if (!key.ok()) {
+        return fail(key.status().WithContext("transport '" + std::string(t->name()) + "'"));
+      }
+      made.emplace_back(t.get(), b);
+      RegionSpec spec{.addr = addr,
+                      .length = b.length,
+                      .location = where,
+                      .remote_accessible = remote_accessible};
+      spec.binding.transport = std::string(t->name());
+      spec.binding.key = std::move(key).value();
+      Transport* transport = t.get();
+      const uint64_t length = b.length;
+      spec.binding.on_unregister = [transport, addr, length] {
+        return transport->UnregisterMemory(addr, length);
+      };
+      specs.push_back(std::move(spec));
+    }
+  }
+  Result<std::vector<uint64_t>> registered = registry_->RegisterBatch(specs);
+  if (!registered.ok()) return fail(registered.status());
+  return publish ? Publish() : Status::Ok();
+}
+
+Status TransferEngine::Impl::UnregisterMemory(const std::vector<void*>& addrs, bool publish) {
+  std::vector<uint64_t> starts;
+  for (void* a : addrs) starts.push_back(reinterpret_cast<uint64_t>(a));
+  Status s =
+      starts.size() == 1 ? registry_->Unregister(starts[0]) : registry_->UnregisterBatch(starts);
+  if (!s.ok() && s.code() != StatusCode::kInternal) return s;  // nothing (or not all) removed
+  if (publish) {
+    Status p = Publish();
+    if (s.ok()) return p;
+  }
+  return s;
+}
+
+Status TransferEngine::Impl::CheckOverlap(void* addr, size_t length) {
+  return registry_->CheckOverlap(reinterpret_cast<uint64_t>(addr), length);
+}
+
+// ---- Impl: segments ------------------------------------------------------------------------
+
+Result<SegmentId> TransferEngine::Impl::OpenSegment(const std::string& name) {
+  ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Open(name));
+  return handle.id;
+}
+
+Status TransferEngine::Impl::CloseSegment(SegmentId id) {
+  directory_->Close(id);
+  return Status::Ok();
+}
+
+Status TransferEngine::Impl::SyncSegmentCache(const std::string& name) {
+  return name.empty() ? directory_->SyncAll() : directory_->Sync(name);
+}
+
+Result<uint64_t> TransferEngine::Impl::Probe(SegmentId id) {
+  ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Get(id));
+  HostPort peer{handle.desc->rpc.host, handle.desc->rpc.port};
+  ASSIGN_OR_RETURN(std::string reply,
+                   rpc_client_->Call(peer, ToWire(RpcType::kProbe), "", options_.request_timeout));
+  ASSIGN_OR_RETURN(ProbeResponse probe, UnpackProbeResponse(reply));
+  if (probe.incarnation != handle.desc->incarnation || probe.name != handle.desc->name) {
+    directory_->Invalidate(handle.desc->name);
+    return StaleError("segment '" + handle.desc->name + "' restarted (incarnation " +
+                      std::to_string(probe.incarnation) + ", cached " +
+                      std::to_string(handle.desc->incarnation) + ")");
+  }
+  return probe.incarnation;
+}
+
+Status TransferEngine::Impl::SendNotify(SegmentId target, const NotifyMessage& notify) {
+  ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Get(target));
+  HostPort peer{handle.desc->rpc.host, handle.desc->rpc.port};
+  return rpc_client_
+      ->Call(peer, ToWire(RpcType::kNotify), Pack(NotifyRequest{name_, notify.payload}),
+             options_.request_timeout)
+      .status();
+}
+
+std::vector<NotifyMessage> TransferEngine::Impl::TakeNotifies() {
+  MutexLock lock(notify_mu_);
+  std::vector<NotifyMessage> out(std::make_move_iterator(notifies_.begin()),
+                                 std::make_move_iterator(notifies_.end()));
+  notifies_.clear();
+  return out;
+}
+
+Result<std::string> TransferEngine::Impl::Exchange(const SegmentDesc& peer,
+                                                   std::string_view transport,
+                                                   std::string_view payload,
+                                                   std::chrono::milliseconds timeout) {
+  return rpc_client_->Call(HostPort{peer.rpc.host, peer.rpc.port}, ToWire(RpcType::kExchange),
+                           Pack(ExchangeRequest{std::string(transport), std::string(payload)}),
+                           timeout);
+}
+
+Result<AccessPin> TransferEngine::Impl::PinRemoteAccess(uint64_t addr, uint64_t length,
+                                                        uint64_t incarnation, uint64_t generation,
+                                                        std::string_view transport) {
+  if (incarnation != incarnation_) {
+    return StaleError("access planned against incarnation " + std::to_string(incarnation) +
+                      " of '" + name_ + "', which is now " + std::to_string(incarnation_));
+  }
+  ASSIGN_OR_RETURN(PinGuard pin, registry_->Pin(addr, length,
+                                                {.generation = generation,
+                                                 .transport = transport,
+                                                 .require_remote_accessible = true}));
+  return AccessPin(&LocalRegistry::ReleaseDetachedPin, registry_.get(), pin.Detach());
+}
+
+// ---- the facade ----------------------------------------------------------------------------
+
+TransferEngine::TransferEngine() : impl_(std::make_unique<Impl>()) {}
+TransferEngine::~TransferEngine() = default;
+
+Status TransferEngine::init(const std::string& metadata_conn, const std::string& local_server_name,
+                            const std::string& host, uint16_t rpc_port) {
+  EngineOptions options;
+  options.metadata_conn = metadata_conn;
+  options.local_server_name = local_server_name;
+  options.host = host;
+  options.rpc_port = rpc_port;
+  return init(options);
+}
+
+Status TransferEngine::init(const EngineOptions& options) { return impl_->Init(options); }
+std::string TransferEngine::localSegmentName() const { return impl_->name(); }
+uint16_t TransferEngine::rpcPort() const { return impl_->rpc_port(); }
+
+Status TransferEngine::registerLocalMemory(void* addr, size_t length, const std::string& location,
+                                           bool remote_accessible, bool update_metadata) {
+  return impl_->RegisterMemory({{addr, length}}, location, remote_accessible, update_metadata);
+}
+Status TransferEngine::unregisterLocalMemory(void* addr, bool update_metadata) {
+  return impl_->UnregisterMemory({addr}, update_metadata);
+}
+Status TransferEngine::registerLocalMemoryBatch(const std::vector<BufferEntry>& buffers,
+                                                const std::string& location) {
+  return impl_->RegisterMemory(buffers, location, true, true);
+}
+Status TransferEngine::unregisterLocalMemoryBatch(const std::vector<void*>& addrs) {
+  return impl_->UnregisterMemory(addrs, true);
+}
+Status TransferEngine::checkOverlap(void* addr, size_t length) {
+  return impl_->CheckOverlap(addr, length);
+}
+Result<SegmentId> TransferEngine::openSegment(const std::string& name) {
+  return impl_->OpenSegment(name);
+}
+Status TransferEngine::closeSegment(SegmentId id) { return impl_->CloseSegment(id); }
+Status TransferEngine::syncSegmentCache(const std::string& name) {
+  return impl_->SyncSegmentCache(name);
+}
+Result<uint64_t> TransferEngine::probeSegment(SegmentId id) { return impl_->Probe(id); }
+Result<BatchId> TransferEngine::allocateBatchID(size_t batch_size) {
+  return impl_->AllocateBatch(batch_size);
+}
+Status TransferEngine::freeBatchID(BatchId batch) { return impl_->FreeBatch(batch); }
+Status TransferEngine::submitTransfer(BatchId batch, const std::vector<TransferRequest>& requests) {
+  return impl_->Submit(batch, requests, nullptr);
+}
+Status TransferEngine::submitTransferWithNotify(BatchId batch,
+                                                const std::vector<TransferRequest>& requests,
+                                                const NotifyMessage& notify) {
+  return impl_->Submit(batch, requests, &notify);
+}
+Result<TransferStatus> TransferEngine::getTransferStatus(BatchId batch, size_t task_id) {
+  return impl_->TaskStatus(batch, task_id);
+}
+Result<BatchStatus> TransferEngine::getBatchTransferStatus(BatchId batch) {
+  return impl_->Summary(batch);
+}
+std::vector<NotifyMessage> TransferEngine::getNotifies() { return impl_->TakeNotifies(); }
+Status TransferEngine::sendNotify(SegmentId target, const NotifyMessage& notify) {
+  return impl_->SendNotify(target, notify);
+}
+
+}  // namespace ferry

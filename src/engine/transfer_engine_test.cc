@@ -1,0 +1,134 @@
+// The facade's contract, with engines in this process (the two-process flows are in
+// tests/integration/engine_test.cc).
+#include "ferry/transfer_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+BatchStatus WaitBatch(TransferEngine& engine, BatchId batch) {
+  BatchStatus s;
+  for (int i = 0; i < 5000; ++i) {
+    s = *engine.getBatchTransferStatus(batch);
+    if (s.state != TransferState::kPending) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  return s;
+}
+
+TEST(TransferEngineTest, InitValidatesItsOptions) {
+  TransferEngine engine;
+  EXPECT_EQ(engine.init("zookeeper://h:1", "", "127.0.0.1", 0).code(),
+            StatusCode::kInvalidArgument);
+  TransferEngine p2p_named;
+  Status s = p2p_named.init("P2PHANDSHAKE", "not-host-port", "127.0.0.1", 0);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  TransferEngine bad_transport;
+  EngineOptions options;
+  options.transports = {"carrier-pigeon"};
+  s = bad_transport.init(options);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("tcp"), std::string::npos) << s;
+  TransferEngine ok;
+  ASSERT_TRUE(ok.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  EXPECT_EQ(ok.init("P2PHANDSHAKE", "", "127.0.0.1", 0).code(), StatusCode::kBusy);
+  EXPECT_EQ(ok.localSegmentName(), "127.0.0.1:" + std::to_string(ok.rpcPort()));
+}
+
+TEST(TransferEngineTest, RegistrationRulesAndOverlapCheck) {
+  TransferEngine engine;
+  ASSERT_TRUE(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  std::vector<char> buf(1 << 16);
+  EXPECT_TRUE(engine.checkOverlap(buf.data(), buf.size()).ok());
+  ASSERT_TRUE(engine.registerLocalMemory(buf.data(), 4096, "cpu:0").ok());
+  EXPECT_EQ(engine.registerLocalMemory(buf.data(), 4096).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(engine.registerLocalMemory(buf.data() + 100, 8192).code(), StatusCode::kOverlap);
+  EXPECT_EQ(engine.checkOverlap(buf.data() + 10, 10).code(), StatusCode::kOverlap);
+  EXPECT_EQ(engine.registerLocalMemory(buf.data() + 8192, 10, "gpu:0").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.registerLocalMemory(nullptr, 10).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(
+      engine.registerLocalMemoryBatch({{buf.data() + 8192, 1024}, {buf.data() + 16384, 1024}})
+          .ok());
+  EXPECT_TRUE(engine.unregisterLocalMemoryBatch({buf.data() + 8192, buf.data() + 16384}).ok());
+  EXPECT_TRUE(engine.unregisterLocalMemory(buf.data()).ok());
+  EXPECT_EQ(engine.unregisterLocalMemory(buf.data()).code(), StatusCode::kNotFound);
+}
+
+TEST(TransferEngineTest, OwnSegmentIsACheckedMemcpy) {
+  TransferEngine engine;
+  ASSERT_TRUE(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  std::vector<unsigned char> a(4096, 1), b(4096, 2);
+  ASSERT_TRUE(engine.registerLocalMemory(a.data(), a.size()).ok());
+  ASSERT_TRUE(engine.registerLocalMemory(b.data(), b.size()).ok());
+  Result<SegmentId> self = engine.openSegment(engine.localSegmentName());
+  ASSERT_TRUE(self.ok()) << self.status();
+  Result<BatchId> batch = engine.allocateBatchID(2);
+  ASSERT_TRUE(
+      engine
+          .submitTransfer(
+              *batch,
+              {{OpCode::kWrite, a.data(), *self, reinterpret_cast<uint64_t>(b.data()) + 96, 100},
+               {OpCode::kWrite, a.data(), *self, reinterpret_cast<uint64_t>(b.data()) + 4000, 200}})
+          .ok());
+  BatchStatus s = WaitBatch(engine, *batch);
+  EXPECT_EQ(s.completed, 1u);
+  EXPECT_EQ(s.failed, 1u);  // the second leaves b
+  EXPECT_EQ(b[96], 1);
+  EXPECT_EQ(b[95], 2);
+  EXPECT_EQ(b[4000], 2);  // nothing written by the refused one
+  Result<TransferStatus> second = engine.getTransferStatus(*batch, 1);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->state, TransferState::kFailed);
+  EXPECT_FALSE(second->reason.ok());
+  EXPECT_EQ(engine.getTransferStatus(*batch, 2).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine.freeBatchID(*batch).ok());
+  EXPECT_EQ(engine.freeBatchID(*batch).code(), StatusCode::kNotFound);
+}
+
+TEST(TransferEngineTest, BatchesAreBoundedAndRequestsCopied) {
+  TransferEngine target, initiator;
+  ASSERT_TRUE(target.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  ASSERT_TRUE(initiator.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  std::vector<unsigned char> remote(1 << 20, 0), local(1 << 20, 9);
+  ASSERT_TRUE(target.registerLocalMemory(remote.data(), remote.size()).ok());
+  ASSERT_TRUE(initiator.registerLocalMemory(local.data(), local.size()).ok());
+  Result<SegmentId> seg = initiator.openSegment(target.localSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  EXPECT_EQ(initiator.allocateBatchID(0).status().code(), StatusCode::kInvalidArgument);
+  Result<BatchId> batch = initiator.allocateBatchID(2);
+  {
+    std::vector<TransferRequest> requests = {
+        {OpCode::kWrite, local.data(), *seg, reinterpret_cast<uint64_t>(remote.data()), 1 << 19}};
+    ASSERT_TRUE(initiator.submitTransfer(*batch, requests).ok());
+  }  // the vector is gone; the engine kept a copy
+  std::vector<TransferRequest> two(
+      2, {OpCode::kWrite, local.data(), *seg, reinterpret_cast<uint64_t>(remote.data()), 16});
+  EXPECT_EQ(initiator.submitTransfer(*batch, two).code(), StatusCode::kAgain);
+  EXPECT_EQ(initiator.submitTransfer(9999, two).code(), StatusCode::kNotFound);
+  BatchStatus s = WaitBatch(initiator, *batch);
+  EXPECT_EQ(s.state, TransferState::kCompleted) << s.first_error;
+  EXPECT_EQ(s.transferred_bytes, 1u << 19);
+  EXPECT_EQ(remote[(1 << 19) - 1], 9);
+  EXPECT_EQ(remote[1 << 19], 0);
+  EXPECT_TRUE(initiator.freeBatchID(*batch).ok());
+  Result<uint64_t> alive = initiator.probeSegment(*seg);
+  EXPECT_TRUE(alive.ok()) << alive.status();
+  EXPECT_TRUE(initiator.sendNotify(*seg, {"", "hello"}).ok());
+  std::vector<NotifyMessage> got = target.getNotifies();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].name, initiator.localSegmentName());
+  EXPECT_EQ(got[0].payload, "hello");
+  EXPECT_TRUE(target.getNotifies().empty());
+  EXPECT_TRUE(initiator.syncSegmentCache().ok());
+  EXPECT_EQ(initiator.openSegment("127.0.0.1:1").status().code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,251 @@
+#include "transport/tcp/target_connection.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <utility>
+
+#include "common/log.h"
+#include "transport/tcp/tcp_runtime.h"
+
+namespace ferry::tcp {
+namespace {
+
+constexpr size_t kMaxIov = 64;
+constexpr size_t kDiscardBytes = 64 * 1024;
+
+uint8_t* TargetPtr(uint64_t addr, uint64_t offset) {
+  return reinterpret_cast<uint8_t*>(addr) + offset;  // NOLINT
+}
+
+}  // namespace
+
+TargetConnection::TargetConnection(std::shared_ptr<TcpRuntime> runtime, IoLoop* loop, UniqueFd fd,
+                                   std::string peer)
+    : runtime_(std::move(runtime)),
+      loop_(loop),
+      fd_(std::move(fd)),
+      peer_(std::move(peer)),
+      last_progress_(std::chrono::steady_clock::now()) {
+  runtime_->open_target_connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+TargetConnection::~TargetConnection() {
+  runtime_->open_target_connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void TargetConnection::Start() {
+  ConfigureDataSocket(fd_.get());
+  interest_ = EPOLLIN;
+  Status watched = loop_->Watch(shared_from_this(), fd_.get(), interest_);
+  if (!watched.ok()) {
+    FERRY_LOG(kWarn) << "tcp: cannot serve " << peer_ << ": " << watched.message();
+    Close(watched.message());
+    return;
+  }
+  watched_ = true;
+  runtime_->counters.connections_accepted.fetch_add(1, std::memory_order_relaxed);
+}
+
+TargetConnection::Io TargetConnection::ReadSome(void* buf, size_t len, size_t* got) {
+  for (;;) {
+    const ssize_t n = recv(fd_.get(), buf, len, MSG_DONTWAIT);
+    if (n > 0) {
+      *got = static_cast<size_t>(n);
+      last_progress_ = std::chrono::steady_clock::now();
+      return Io::kProgress;
+    }
+    if (n == 0) {
+      Close("closed by initiator");
+      return Io::kClosed;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return Io::kWouldBlock;
+    Close("recv: " + ErrnoText(errno));
+    return Io::kClosed;
+  }
+}
+
+void TargetConnection::ReceiveReady() {
+  uint64_t moved = 0;
+  while (!closed_ && moved < runtime_->options.bytes_per_turn) {
+    size_t got = 0;
+    if (phase_ == Phase::kHeader) {
+      if (header_got_ == 0 && responses_.size() >= kMaxQueuedResponses) break;
+      if (ReadSome(header_bytes_.data() + header_got_, kRequestHeaderSize - header_got_, &got) !=
+          Io::kProgress) {
+        break;
+      }
+      header_got_ += got;
+      if (header_got_ == kRequestHeaderSize && !OnRequestHeader()) return;
+    } else if (phase_ == Phase::kPayload) {
+      if (ReadSome(TargetPtr(request_.remote_addr, payload_got_), request_.length - payload_got_,
+                   &got) != Io::kProgress) {
+        break;
+      }
+      payload_got_ += got;
+      if (payload_got_ == request_.length) {
+        // Every byte is in memory: the access is over, then the WRITE is answered.
+        pin_.Release();
+        phase_ = Phase::kHeader;
+        QueueResponse(Status::Ok(), nullptr, 0, AccessPin());
+      }
+    } else {
+      if (!discard_) discard_ = std::make_unique<uint8_t[]>(kDiscardBytes);
+      const uint64_t want = std::min<uint64_t>(kDiscardBytes, request_.length - payload_got_);
+      if (ReadSome(discard_.get(), want, &got) != Io::kProgress) break;
+      payload_got_ += got;
+      if (payload_got_ == request_.length) {
+        phase_ = Phase::kHeader;
+        QueueResponse(rejection_, nullptr, 0, AccessPin());
+      }
+    }
+    moved += got;
+  }
+  if (closed_) return;
+  SendReady();
+}
+
+bool TargetConnection::OnRequestHeader() {
+  header_got_ = 0;
+  RequestHeader request;
+  Status decoded = DecodeRequestHeader(header_bytes_, &request);
+  if (decoded.ok() && request.request_id <= last_request_id_) {
+    decoded = InvalidArgumentError("tcp bad frame: request id " +
+                                   std::to_string(request.request_id) + " not increasing");
+  }
+  if (!decoded.ok()) {
+    runtime_->counters.bad_frames.fetch_add(1, std::memory_order_relaxed);
+    FERRY_LOG(kWarn) << "tcp: " << decoded.message() << " from " << peer_ << "; closing";
+    Close(decoded.message());
+    return false;
+  }
+  request_ = request;
+  last_request_id_ = request.request_id;
+  payload_got_ = 0;
+  Result<AccessPin> pin = runtime_->ctx->PinRemoteAccess(
+      request.remote_addr, request.length, request.incarnation, request.generation, "tcp");
+  if (!pin.ok()) runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
+  if (request.op == WireOp::kWrite) {
+    if (pin.ok()) {
+      pin_ = std::move(pin).value();
+      phase_ = Phase::kPayload;
+    } else {
+      rejection_ = pin.status();
+      phase_ = Phase::kDiscard;
+    }
+    return true;
+  }
+  if (pin.ok()) {
+    QueueResponse(Status::Ok(), TargetPtr(request.remote_addr, 0), request.length,
+                  std::move(pin).value());
+  } else {
+    QueueResponse(pin.status(), nullptr, 0, AccessPin());
+  }
+  return true;
+}
+
+void TargetConnection::QueueResponse(const Status& status, const uint8_t* payload, uint64_t length,
+                                     AccessPin pin) {
+  Response& r = responses_.emplace_back();
+  r.message = std::string(ClampMessage(status.message()));
+  r.payload = payload;
+  r.payload_length = length;
+  r.pin = std::move(pin);
+  ResponseHeader header;
+  header.request_id = request_.request_id;
+  header.code = status.code();
+  header.message_length = static_cast<uint16_t>(r.message.size());
+  header.payload_length = length;
+  EncodeResponseHeader(header, r.header);
+  r.total = kResponseHeaderSize + r.message.size() + length;
+  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
+}
+
+void TargetConnection::SendReady() {
+  uint64_t moved = 0;
+  while (!closed_ && !responses_.empty() && moved < runtime_->options.bytes_per_turn) {
+    std::array<iovec, kMaxIov> iov{};
+    size_t n = 0;
+    for (size_t i = 0; i < responses_.size() && n + 3 <= kMaxIov; ++i) {
+      Response& r = responses_[i];
+      uint64_t at = r.sent;  // offset in header + message + payload
+      if (at < kResponseHeaderSize) {
+        iov[n++] = {r.header.data() + at, kResponseHeaderSize - at};
+        at = kResponseHeaderSize;
+      }
+      const uint64_t message_end = kResponseHeaderSize + r.message.size();
+      if (at < message_end) {
+        iov[n++] = {r.message.data() + (at - kResponseHeaderSize), message_end - at};
+        at = message_end;
+      }
+      if (at < r.total) {
+        iov[n++] = {const_cast<uint8_t*>(r.payload) + (at - message_end), r.total - at};
+      }
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = n;
+    const ssize_t sent = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      Close("send: " + ErrnoText(errno));
+      return;
+    }
+    last_progress_ = std::chrono::steady_clock::now();
+    moved += static_cast<uint64_t>(sent);
+    auto left = static_cast<uint64_t>(sent);
+    while (left > 0) {
+      Response& r = responses_.front();
+      const uint64_t take = std::min(left, r.total - r.sent);
+      r.sent += take;
+      left -= take;
+      if (r.sent == r.total) responses_.pop_front();  // releases a READ's pin
+    }
+  }
+  UpdateInterest();
+}
+
+void TargetConnection::UpdateInterest() {
+  if (closed_ || !watched_) return;
+  const bool throttled =
+      phase_ == Phase::kHeader && header_got_ == 0 && responses_.size() >= kMaxQueuedResponses;
+  const uint32_t want = (throttled ? 0u : EPOLLIN) | (responses_.empty() ? 0u : EPOLLOUT);
+  if (want == interest_) return;
+  interest_ = want;
+  loop_->Modify(this, fd_.get(), interest_);
+}
+
+bool TargetConnection::Busy() const {
+  return phase_ != Phase::kHeader || header_got_ > 0 || !responses_.empty();
+}
+
+void TargetConnection::OnEvents(uint32_t events) {
+  if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) ReceiveReady();
+  if (!closed_ && (events & EPOLLOUT) != 0) SendReady();
+  if (!closed_ && (events & EPOLLERR) != 0) Close("socket error");
+}
+
+void TargetConnection::OnTick(TimePoint now) {
+  if (closed_ || !Busy() || now - last_progress_ < runtime_->options.io_timeout) return;
+  runtime_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
+  FERRY_LOG(kWarn) << "tcp: " << peer_ << " made no progress for "
+                   << runtime_->options.io_timeout.count() << " ms; closing";
+  Close("timed out");
+}
+
+void TargetConnection::Close(const std::string& why) {
+  if (closed_) return;
+  closed_ = true;
+  FERRY_LOG(kTrace) << "tcp: closing data connection from " << peer_ << ": " << why;
+  if (watched_) loop_->Unwatch(this, fd_.get());
+  fd_.Reset();
+  pin_.Release();
+  responses_.clear();  // releases READ pins
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,93 @@
+// TargetConnection: serves one accepted data connection. Requests are handled strictly in
+// order: each access is pinned with TransportContext::PinRemoteAccess before a byte moves; a
+// WRITE's payload is received straight into the pinned memory and answered once all of it is
+// there; a READ is answered with its payload sent straight from the pinned memory, the pin held
+// until the last byte is handed to the kernel. A rejected WRITE's payload is read and discarded,
+// nothing is written, and the rejection is the answer (tcp_protocol.h). A bad frame closes the
+// connection; so does a connection with a request or answer under way that makes no progress
+// for io_timeout. At most kMaxQueuedResponses answers wait to be sent; beyond that the
+// connection stops reading until the initiator takes them.
+//
+// Thread contract: every method runs on the connection's loop thread.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "transport/tcp/io_loop.h"
+#include "transport/tcp/tcp_protocol.h"
+#include "transport/tcp/tcp_socket.h"
+#include "transport/transport.h"
+
+namespace ferry::tcp {
+
+struct TcpRuntime;
+
+class TargetConnection final : public IoHandler,
+                               public std::enable_shared_from_this<TargetConnection> {
+ public:
+  static constexpr size_t kMaxQueuedResponses = 256;
+
+  // Takes `fd`, an accepted non-blocking socket; `peer` names the initiator in logs. Counts
+  // itself in runtime->open_target_connections until closed.
+  TargetConnection(std::shared_ptr<TcpRuntime> runtime, IoLoop* loop, UniqueFd fd,
+                   std::string peer);
+  ~TargetConnection() override;
+
+  // Loop thread: starts watching the socket (closes it when the loop refuses).
+  void Start();
+
+  void OnEvents(uint32_t events) override;
+  void OnTick(TimePoint now) override;
+  void Shutdown(const Status& why) override { Close(why.message()); }
+
+ private:
+  enum class Phase { kHeader, kPayload, kDiscard };
+  enum class Io { kProgress, kWouldBlock, kClosed };
+
+  struct Response {
+    std::array<uint8_t, kResponseHeaderSize> header{};
+    std::string message;
+    const uint8_t* payload = nullptr;  // READ data, inside `pin`'s range
+    uint64_t payload_length = 0;
+    AccessPin pin;  // held until the payload is sent
+    uint64_t total = 0;
+    uint64_t sent = 0;
+  };
+
+  void ReceiveReady();
+  Io ReadSome(void* buf, size_t len, size_t* got);
+  // A whole request header arrived: check it and start serving it. False: closed.
+  bool OnRequestHeader();
+  void QueueResponse(const Status& status, const uint8_t* payload, uint64_t length, AccessPin pin);
+  void SendReady();
+  void UpdateInterest();
+  bool Busy() const;
+  void Close(const std::string& why);
+
+  const std::shared_ptr<TcpRuntime> runtime_;
+  IoLoop* const loop_;
+  UniqueFd fd_;
+  const std::string peer_;
+  bool closed_ = false;
+  bool watched_ = false;
+  uint32_t interest_ = 0;
+  TimePoint last_progress_;
+
+  Phase phase_ = Phase::kHeader;
+  std::array<uint8_t, kRequestHeaderSize> header_bytes_{};
+  size_t header_got_ = 0;
+  RequestHeader request_;
+  uint64_t last_request_id_ = 0;
+  uint64_t payload_got_ = 0;
+  AccessPin pin_;                       // the WRITE being received
+  Status rejection_;                    // the WRITE being discarded
+  std::unique_ptr<uint8_t[]> discard_;  // scratch for discarded payloads, made on first use
+  std::deque<Response> responses_;
+};
+
+}  // namespace ferry::tcp

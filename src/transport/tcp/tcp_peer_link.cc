@@ -1,0 +1,111 @@
+#include "transport/tcp/tcp_peer_link.h"
+
+#include <limits>
+#include <utility>
+
+#include "transport/tcp/tcp_protocol.h"
+#include "transport/tcp/tcp_runtime.h"
+
+namespace ferry::tcp {
+namespace {
+
+Status CheckSlice(const Slice* slice) {
+  if (slice == nullptr) return InvalidArgumentError("tcp: null slice");
+  if (slice->op != OpCode::kRead && slice->op != OpCode::kWrite) {
+    return InvalidArgumentError("tcp: unknown op " + std::to_string(static_cast<int>(slice->op)));
+  }
+  if (slice->length == 0 || slice->length > kMaxPayloadBytes) {
+    return InvalidArgumentError("tcp: slice length " + std::to_string(slice->length) +
+                                " outside 1.." + std::to_string(kMaxPayloadBytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+TcpPeerLink::TcpPeerLink(std::shared_ptr<TcpRuntime> runtime, SocketAddress address,
+                         std::string peer_name)
+    : runtime_(std::move(runtime)),
+      address_(address),
+      peer_name_(std::move(peer_name)),
+      budget_(std::make_shared<LinkBudget>(runtime_->options.max_queued_per_peer)),
+      slots_(runtime_->options.connections_per_peer) {}
+
+TcpPeerLink::~TcpPeerLink() {
+  MutexLock lock(mu_);
+  for (auto& connection : slots_) {
+    if (connection) connection->Close(CanceledError("tcp link to " + peer_name_ + " dropped"));
+  }
+}
+
+Status TcpPeerLink::Submit(std::span<Slice* const> slices) {
+  if (runtime_->stopped.load(std::memory_order_acquire)) {
+    return CanceledError("tcp transport stopped");
+  }
+  for (const Slice* slice : slices) RETURN_IF_ERROR(CheckSlice(slice));
+  if (slices.empty()) return Status::Ok();
+  if (slices.size() > budget_->capacity()) {
+    return InvalidArgumentError("tcp: " + std::to_string(slices.size()) +
+                                " slices exceed the per-peer queue of " +
+                                std::to_string(budget_->capacity()));
+  }
+  if (!budget_->TryReserve(slices.size())) {
+    return AgainError("tcp queue to " + peer_name_ + " is full");
+  }
+  std::vector<Slice*> orphans;  // could not be queued: stopping, or every try closed at once
+  {
+    MutexLock lock(mu_);
+    std::vector<std::vector<Slice*>> groups = SpreadLocked(slices);
+    for (size_t slot = 0; slot < groups.size(); ++slot) {
+      if (groups[slot].empty()) continue;
+      bool queued = false;
+      for (int attempt = 0; attempt < 2 && !queued; ++attempt) {
+        std::shared_ptr<InitiatorConnection> connection = ConnectionLocked(slot);
+        if (!connection) break;
+        queued = connection->Enqueue(groups[slot]);
+      }
+      if (!queued) orphans.insert(orphans.end(), groups[slot].begin(), groups[slot].end());
+    }
+  }
+  if (!orphans.empty()) {
+    budget_->Release(orphans.size());
+    const Status why = runtime_->stopped.load(std::memory_order_acquire)
+                           ? CanceledError("tcp transport stopped")
+                           : UnavailableError("tcp connections to " + peer_name_ + " keep closing");
+    for (Slice* slice : orphans) runtime_->ctx->CompleteSlice(slice, why);
+  }
+  return Status::Ok();
+}
+
+std::vector<std::vector<Slice*>> TcpPeerLink::SpreadLocked(std::span<Slice* const> slices) {
+  const size_t n = slots_.size();
+  std::vector<size_t> load(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (slots_[i] && !slots_[i]->closed()) load[i] = slots_[i]->load();
+  }
+  std::vector<std::vector<Slice*>> groups(n);
+  for (Slice* slice : slices) {
+    size_t best = next_slot_ % n;
+    for (size_t k = 1; k < n; ++k) {
+      const size_t i = (next_slot_ + k) % n;
+      if (load[i] < load[best]) best = i;
+    }
+    next_slot_ = (best + 1) % n;
+    ++load[best];
+    groups[best].push_back(slice);
+  }
+  return groups;
+}
+
+std::shared_ptr<InitiatorConnection> TcpPeerLink::ConnectionLocked(size_t slot) {
+  std::shared_ptr<InitiatorConnection>& connection = slots_[slot];
+  if (connection && !connection->closed()) return connection;
+  if (runtime_->stopped.load(std::memory_order_acquire)) return nullptr;
+  auto fresh = std::make_shared<InitiatorConnection>(runtime_, runtime_->PickLoop(), address_,
+                                                     peer_name_, budget_);
+  if (!fresh->Start()) return nullptr;
+  connection = std::move(fresh);
+  return connection;
+}
+
+}  // namespace ferry::tcp

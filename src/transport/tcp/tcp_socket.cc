@@ -1,0 +1,143 @@
+#include "transport/tcp/tcp_socket.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "common/log.h"
+
+namespace ferry::tcp {
+namespace {
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+// getaddrinfo for a stream socket; numeric hosts are tried first so literals never reach DNS.
+Result<AddrInfoPtr> Resolve(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  const std::string service = std::to_string(port);
+  const char* node = host.empty() ? nullptr : host.c_str();
+  addrinfo* out = nullptr;
+  int rc = getaddrinfo(node, service.c_str(), &hints, &out);
+  if (rc == EAI_NONAME && node != nullptr) {
+    hints.ai_flags &= ~AI_NUMERICHOST;
+    rc = getaddrinfo(node, service.c_str(), &hints, &out);
+  }
+  if (rc != 0) {
+    const std::string why = rc == EAI_SYSTEM ? ErrnoText(errno) : gai_strerror(rc);
+    return UnavailableError("cannot resolve '" + host + "': " + why);
+  }
+  return AddrInfoPtr(out);
+}
+
+SocketAddress FromAddrInfo(const addrinfo& ai) {
+  SocketAddress addr;
+  std::memcpy(&addr.storage, ai.ai_addr, ai.ai_addrlen);
+  addr.length = ai.ai_addrlen;
+  return addr;
+}
+
+}  // namespace
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) close(fd_);
+  fd_ = fd;
+}
+
+std::string SocketAddress::ToString() const {
+  char host[NI_MAXHOST] = "?";
+  char serv[NI_MAXSERV] = "0";
+  (void)getnameinfo(reinterpret_cast<const sockaddr*>(&storage), length,  // NOLINT
+                    host, sizeof(host), serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV);
+  if (storage.ss_family == AF_INET6) return "[" + std::string(host) + "]:" + serv;
+  return std::string(host) + ":" + serv;
+}
+
+Result<SocketAddress> ResolveAddress(const std::string& host, uint16_t port) {
+  ASSIGN_OR_RETURN(AddrInfoPtr list, Resolve(host, port, false));
+  return FromAddrInfo(*list);
+}
+
+Result<UniqueFd> BeginConnect(const SocketAddress& addr, bool* connected) {
+  UniqueFd fd(socket(addr.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return UnavailableError("socket: " + ErrnoText(errno));
+  const auto* sa = reinterpret_cast<const sockaddr*>(&addr.storage);  // NOLINT
+  int rc;
+  do {
+    rc = connect(fd.get(), sa, addr.length);
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) {
+    *connected = true;
+  } else if (errno == EINPROGRESS) {
+    *connected = false;
+  } else {
+    return UnavailableError("connect to " + addr.ToString() + ": " + ErrnoText(errno));
+  }
+  return fd;
+}
+
+Status FinishConnect(int fd) {
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err != 0) return UnavailableError(ErrnoText(err));
+  return Status::Ok();
+}
+
+void ConfigureDataSocket(int fd) {
+  const int one = 1;
+  const int idle_s = 60;
+  const int interval_s = 10;
+  const int probes = 3;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
+Result<Listener> Listen(const std::string& host, uint16_t port) {
+  Result<AddrInfoPtr> list = Resolve(host, port, true);
+  if (!list.ok()) return InvalidArgumentError("tcp bind host: " + list.status().message());
+  const addrinfo& ai = **list;
+  UniqueFd fd(socket(ai.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
+  if (!fd.valid()) return UnavailableError("socket: " + ErrnoText(errno));
+  const int one = 1;
+  (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
+    const int err = errno;
+    const std::string what = "tcp bind " + host + ":" + std::to_string(port) + ": ";
+    if (err == EACCES) return PermissionDeniedError(what + ErrnoText(err));
+    return UnavailableError(what + ErrnoText(err));
+  }
+  if (listen(fd.get(), SOMAXCONN) != 0) return UnavailableError("listen: " + ErrnoText(errno));
+  SocketAddress bound;
+  bound.length = sizeof(bound.storage);
+  auto* sa = reinterpret_cast<sockaddr*>(&bound.storage);  // NOLINT
+  if (getsockname(fd.get(), sa, &bound.length) != 0) {
+    return UnavailableError("getsockname: " + ErrnoText(errno));
+  }
+  uint16_t bound_port = 0;
+  if (bound.storage.ss_family == AF_INET) {
+    bound_port = ntohs(reinterpret_cast<const sockaddr_in*>(&bound.storage)->sin_port);  // NOLINT
+  } else if (bound.storage.ss_family == AF_INET6) {
+    bound_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&bound.storage)->sin6_port);  // NOLINT
+  }
+  return Listener{std::move(fd), bound_port};
+}
+
+bool IsWildcardHost(std::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+}
+
+}  // namespace ferry::tcp

@@ -1,0 +1,81 @@
+// Small POSIX socket helpers for the tcp transport: an owning fd, address resolution, a
+// non-blocking connect, a listener. Every socket is non-blocking and close-on-exec; callers send
+// with MSG_NOSIGNAL. Nothing here blocks: waits belong to the IoLoop.
+//
+// Thread contract: UniqueFd is thread-compatible; the functions are thread-safe.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ferry/status.h"
+
+namespace ferry::tcp {
+
+// Owns one file descriptor; closes it on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) Reset(other.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  // Closes the fd owned, if any, and owns `fd` instead.
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// A resolved socket address (IPv4 or IPv6).
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+  // "1.2.3.4:5" or "[::1]:5".
+  std::string ToString() const;
+};
+
+// Resolves `host` (an IP literal first, then a name via getaddrinfo) with `port`; the first
+// stream address wins. Unavailable when it cannot be resolved.
+Result<SocketAddress> ResolveAddress(const std::string& host, uint16_t port);
+
+// A new non-blocking socket with a connect to `addr` begun. `*connected` says whether it already
+// completed; otherwise wait for writability and call FinishConnect. Unavailable on failure.
+Result<UniqueFd> BeginConnect(const SocketAddress& addr, bool* connected);
+// The outcome of a connect begun by BeginConnect once the socket is writable (or in error).
+Status FinishConnect(int fd);
+
+// Prepares a connected data socket: no Nagle (requests and responses are written whole and
+// latency matters), and TCP keepalive (60 s idle, 3 probes 10 s apart), so an idle connection
+// whose peer host vanished is reaped by the kernel instead of holding a slot forever.
+void ConfigureDataSocket(int fd);
+
+struct Listener {
+  UniqueFd fd;
+  uint16_t port = 0;
+};
+// A non-blocking listening socket on `host`:`port` (port 0: the kernel picks), SO_REUSEADDR.
+// InvalidArgument for a host that does not resolve; Unavailable / PermissionDenied when the
+// port cannot be bound.
+Result<Listener> Listen(const std::string& host, uint16_t port);
+
+// True for the hosts that mean "every interface": "", "0.0.0.0", "::".
+bool IsWildcardHost(std::string_view host);
+
+}  // namespace ferry::tcp

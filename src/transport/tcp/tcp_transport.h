@@ -1,0 +1,117 @@
+// TcpTransport: moves slices between engines over plain TCP (DESIGN.md, transport/tcp/).
+//
+// It reaches other hosts and host memory only. Start() listens for data connections and returns
+// "host:port", published as SegmentDesc::transports["tcp"]. Connect() gives a PeerLink with a
+// pool of persistent connections to the peer's listener, opened lazily and re-opened after a
+// break. Submit() spreads slices over the pool; each connection pipelines up to `window`
+// requests. The wire format is in tcp_protocol.h. All socket I/O runs on `io_threads` IoLoops
+// shared by the initiator and target sides; no call blocks on a peer.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/mutex.h"
+#include "transport/transport.h"
+
+namespace ferry {
+
+namespace tcp {
+struct TcpRuntime;
+}
+
+struct TcpTransportOptions {
+  // Data port to listen on; 0 lets the kernel pick.
+  uint16_t port = 0;
+  // Persistent connections per peer link, 1..64.
+  size_t connections_per_peer = 4;
+  // Requests in flight per connection (sent, not yet answered), 1..4096.
+  size_t window = 32;
+  // Slices a link holds at once (queued or in flight); a Submit beyond it gets Again, and one
+  // call with more slices than this is InvalidArgument (it could never fit). A queued slice
+  // costs a pointer, so the default bounds memory, not throughput.
+  size_t max_queued_per_peer = 65536;
+  // Accepted data connections served at once; more are closed at once.
+  size_t max_target_connections = 1024;
+  // Bytes one connection moves per readiness event before the loop serves its other
+  // connections (fairness); >= 1.
+  uint64_t bytes_per_turn = uint64_t{4} << 20;
+  // I/O threads; 0: std::thread::hardware_concurrency(), at most 8.
+  size_t io_threads = 0;
+  // Bounds every wait on a peer: a connect, or a connection with work that makes no progress
+  // for this long, fails (Unavailable).
+  std::chrono::milliseconds io_timeout{10000};
+};
+
+// Counters since Start, for tests and diagnostics.
+struct TcpTransportStats {
+  uint64_t bad_frames = 0;            // frames that broke the protocol (connection closed)
+  uint64_t connections_opened = 0;    // initiator connections established
+  uint64_t connections_failed = 0;    // initiator connections that broke or never opened
+  uint64_t connections_accepted = 0;  // target connections accepted and served
+  uint64_t timeouts = 0;              // connections closed for no progress within io_timeout
+  uint64_t rejected_accesses = 0;     // target accesses refused by PinRemoteAccess
+};
+
+// Thread contract: thread-safe after Start (see Transport). Submit never blocks on a peer. Stop
+// must not run concurrently with Submit on the same transport (a Submit racing Stop may
+// complete its slices with Canceled on the calling thread).
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const TcpTransportOptions& options);
+  ~TcpTransport() override;  // Stop()
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  std::string_view name() const override { return "tcp"; }
+  TransportCapabilities capabilities() const override;
+
+  // Listens on info.bind_host (wildcard: every interface, and the published host is this
+  // machine's hostname) at options.port. InvalidArgument for bad options or host; Unavailable /
+  // PermissionDenied when the port cannot be bound; Busy when started or stopped before.
+  Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) override;
+  // Fails every queued and in-flight slice with Canceled, closes every socket and joins every
+  // thread. Never waits on a peer: it returns once each loop ran its queued tasks and the
+  // completions. Idempotent; a stopped transport does not restart.
+  void Stop() override;
+
+  // Host memory only (InvalidArgument for device memory). Returns an empty key: the target
+  // checks accesses against the engine's registry through PinRemoteAccess.
+  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
+                                     const Location& location) override;
+  Status UnregisterMemory(uint64_t addr, uint64_t length) override;
+
+  // A link to the "host:port" in peer.transports["tcp"]. InvalidArgument (naming the peer) when
+  // it is missing or malformed; Unavailable when the host does not resolve; Busy before Start;
+  // Canceled after Stop. Resolves the host once here (a host name may wait on DNS; an IP
+  // literal never does) and opens no connection: they open on first use.
+  Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) override;
+  // Queues slices on `link` (made by this transport's Connect). InvalidArgument (nothing queued)
+  // for a foreign link, a null slice, a bad op, a length of 0 or over 1 GiB, or more slices
+  // than max_queued_per_peer; Again when the link's queue cannot take them all; Canceled after
+  // Stop. Otherwise OK, and each slice completes exactly once through the context.
+  Status Submit(PeerLink& link, std::span<Slice* const> slices) override;
+
+  // tcp needs no exchange: InvalidArgument.
+  Result<std::string> OnExchange(std::string_view payload) override;
+
+  TcpTransportStats stats() const;
+
+ private:
+  const TcpTransportOptions options_;
+  Mutex lifecycle_mu_;
+  bool stopped_ GUARDED_BY(lifecycle_mu_) = false;
+  // Written once under lifecycle_mu_ before started_ turns true; read after started_ is seen.
+  std::shared_ptr<tcp::TcpRuntime> runtime_;
+  std::atomic<bool> started_{false};
+};
+
+// The factory the transport list uses.
+std::unique_ptr<Transport> CreateTcpTransport(const TcpTransportOptions& options);
+
+}  // namespace ferry

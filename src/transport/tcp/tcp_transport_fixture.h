@@ -1,0 +1,113 @@
+// The fixture the tcp transport's tests share: a target and an initiator TcpTransport on
+// 127.0.0.1, each with a TestContext standing in for the engine, and a registered 32 MiB
+// "remote" region on the target side.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/tcp_test_context.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace ferry::tcp {
+
+using namespace std::chrono_literals;
+using testing::RawSocket;
+using testing::SliceBatch;
+using testing::TestContext;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kTargetIncarnation = 0x7a7a7a;
+constexpr uint64_t kGeneration = 3;
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kRemoteSize = 32 * kMiB;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+inline void Fill(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(seed * 131 + i * 31 + (i >> 9));
+}
+
+inline uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }  // NOLINT
+
+inline TcpTransportOptions Options(std::chrono::milliseconds io_timeout = 2000ms) {
+  TcpTransportOptions o;
+  o.io_timeout = io_timeout;
+  return o;
+}
+
+class TcpTransportTest : public ::testing::Test {
+ protected:
+  TcpTransportTest()
+      : target_ctx_(kTargetIncarnation), initiator_ctx_(0x1111), remote_(kRemoteSize, 0xAA) {
+    target_ctx_.AddRegion(remote_.data(), remote_.size(), kGeneration);
+  }
+  ~TcpTransportTest() override {
+    initiator_.reset();
+    target_.reset();
+  }
+
+  void StartTarget(TcpTransportOptions o = Options()) {
+    target_ = std::make_unique<TcpTransport>(o);
+    Result<std::string> endpoint = target_->Start(&target_ctx_, {"target", "127.0.0.1"});
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+    endpoint_ = *endpoint;
+  }
+  void StartInitiator(TcpTransportOptions o = Options()) {
+    initiator_ = std::make_unique<TcpTransport>(o);
+    Result<std::string> endpoint = initiator_->Start(&initiator_ctx_, {"initiator", "127.0.0.1"});
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  }
+  std::shared_ptr<PeerLink> ConnectTo(const std::string& endpoint) {
+    SegmentDesc desc;
+    desc.name = "target";
+    desc.incarnation = kTargetIncarnation;
+    desc.transports["tcp"] = endpoint;
+    Result<std::shared_ptr<PeerLink>> link = initiator_->Connect(desc);
+    EXPECT_TRUE(link.ok()) << link.status();
+    return link.ok() ? *link : nullptr;
+  }
+  Slice Make(OpCode op, const void* local, uint64_t remote_offset, uint64_t length) {
+    Slice s;
+    s.op = op;
+    s.local_addr = Addr(local);
+    s.remote_addr = Addr(remote_.data() + remote_offset);
+    s.length = length;
+    s.remote_generation = kGeneration;
+    s.peer_incarnation = kTargetIncarnation;
+    return s;
+  }
+  // Submits the whole batch and waits for every completion.
+  void Run(PeerLink& link, const SliceBatch& batch, std::chrono::milliseconds timeout = 20s) {
+    ASSERT_TRUE(initiator_->Submit(link, batch.ptrs).ok());
+    ASSERT_TRUE(initiator_ctx_.WaitAll(batch.ptrs, timeout));
+  }
+  void ExpectAllOk(const SliceBatch& batch) {
+    for (Slice* s : batch.ptrs)
+      EXPECT_TRUE(initiator_ctx_.StatusOf(s).ok()) << initiator_ctx_.StatusOf(s);
+  }
+
+  TestContext target_ctx_;
+  TestContext initiator_ctx_;
+  std::vector<uint8_t> remote_;
+  std::unique_ptr<TcpTransport> target_;
+  std::unique_ptr<TcpTransport> initiator_;
+  std::string endpoint_;
+};
+
+}  // namespace ferry::tcp

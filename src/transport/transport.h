@@ -1,0 +1,151 @@
+// The Transport seam (DESIGN.md, Seams): how the engine drives one way of moving bytes, and the
+// narrow TransportContext a transport gets back from the engine.
+//
+// A transport may include this header, core/ and common/ and its vendor SDK, never another
+// transport, the registry, metadata, rpc or the engine (scripts/check-layering.sh).
+//
+// Life of a transfer, as the engine drives it:
+//   1. Start(ctx, info) once; the returned bytes are published as SegmentDesc::transports[name].
+//   2. RegisterMemory for every region registered for this transport; the returned key is
+//      published as BufferDesc::keys[name]. UnregisterMemory after the region's pins drained.
+//   3. Connect(peer descriptor) makes per-peer state lazily; a new incarnation of the peer gets
+//      a new link.
+//   4. Submit(link, slices): each slice ends in exactly one ctx->CompleteSlice(slice, status),
+//      on any thread, after its bytes are in place (a WRITE only once the target applied it).
+//   5. On the target, every remote access is checked with ctx->PinRemoteAccess before a byte
+//      moves, and the pin is held while bytes move.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "core/segment_desc.h"
+#include "ferry/status.h"
+#include "ferry/types.h"
+
+namespace ferry {
+
+struct TransportCapabilities {
+  bool reaches_other_hosts = true;  // false: same-host only (shm, cxl, cuda-ipc)
+  bool reaches_device_memory = false;
+};
+
+// A target-side access, pinned until released: the region cannot be unregistered meanwhile.
+// Move-only; releasing is idempotent. Made only by TransportContext::PinRemoteAccess.
+class AccessPin {
+ public:
+  using ReleaseFn = void (*)(void* owner, void* token);
+  AccessPin() = default;
+  AccessPin(ReleaseFn release, void* owner, void* token)
+      : release_(release), owner_(owner), token_(token) {}
+  AccessPin(AccessPin&& o) noexcept
+      : release_(std::exchange(o.release_, nullptr)), owner_(o.owner_), token_(o.token_) {}
+  AccessPin& operator=(AccessPin&& o) noexcept {
+    if (this != &o) {
+      Release();
+      release_ = std::exchange(o.release_, nullptr);
+      owner_ = o.owner_;
+      token_ = o.token_;
+    }
+    return *this;
+  }
+  AccessPin(const AccessPin&) = delete;
+  AccessPin& operator=(const AccessPin&) = delete;
+  ~AccessPin() { Release(); }
+  void Release() {
+    if (release_ != nullptr) std::exchange(release_, nullptr)(owner_, token_);
+  }
+  bool held() const { return release_ != nullptr; }
+
+ private:
+  ReleaseFn release_ = nullptr;
+  void* owner_ = nullptr;
+  void* token_ = nullptr;
+};
+
+// One contiguous piece of a task, planned against a descriptor snapshot that outlives it.
+struct Slice {
+  OpCode op = OpCode::kWrite;
+  uint64_t local_addr = 0;
+  uint64_t remote_addr = 0;
+  uint64_t length = 0;
+  uint64_t remote_generation = 0;  // generation of the covering BufferDesc in the plan
+  uint64_t peer_incarnation = 0;   // incarnation of the SegmentDesc the plan used
+  std::string_view remote_key;     // the covering buffer's key for this transport
+  void* task = nullptr;            // the engine's; opaque to the transport
+};
+
+struct TransportStartInfo {
+  std::string local_segment;  // this engine's segment name
+  std::string bind_host;      // where this engine listens (its RPC host)
+};
+
+// What a transport may ask of the engine. Thread contract: thread-safe; borrowed by the
+// transport between Start and Stop.
+class TransportContext {
+ public:
+  virtual ~TransportContext() = default;
+
+  // Target side. The whole [addr, addr + length) must lie in one registered, remote-accessible
+  // region of `generation` that is registered for `transport`, and `incarnation` must be this
+  // engine's. Stale: another incarnation or generation, or the region is closing;
+  // NotFound / InvalidArgument: no region there / the range leaves it; PermissionDenied: not
+  // remote-accessible, or not registered for `transport`.
+  virtual Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
+                                            uint64_t generation, std::string_view transport) = 0;
+
+  // Initiator side: reports the end of a slice submitted to this transport. Exactly once per
+  // slice; `status` carries the reason of a failure (the target's rejection, a dead peer...).
+  virtual void CompleteSlice(Slice* slice, const Status& status) = 0;
+
+  // A round trip with the same transport on `peer` over the engine's RPC service, for
+  // connection set-up (e.g. endpoint addresses). The peer's transport answers in OnExchange.
+  virtual Result<std::string> Exchange(const SegmentDesc& peer, std::string_view transport,
+                                       std::string_view payload,
+                                       std::chrono::milliseconds timeout) = 0;
+
+  virtual uint64_t incarnation() const = 0;
+};
+
+// Per-peer state (connections, addresses). Made by Transport::Connect; the engine drops it
+// when the peer's incarnation changes.
+class PeerLink {
+ public:
+  virtual ~PeerLink() = default;
+};
+
+// Thread contract: thread-safe after Start; Submit may be called from many threads at once.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual TransportCapabilities capabilities() const = 0;
+
+  // Starts the transport's own threads and listeners. Returns the bytes peers need to reach it
+  // (published as SegmentDesc::transports[name()]). `ctx` is borrowed until Stop().
+  virtual Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) = 0;
+  // Fails whatever is queued (each slice completes with Canceled), joins threads. Idempotent.
+  virtual void Stop() = 0;
+
+  // Returns the opaque key for BufferDesc::keys[name()].
+  virtual Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
+                                             const Location& location) = 0;
+  virtual Status UnregisterMemory(uint64_t addr, uint64_t length) = 0;
+
+  // Per-peer state from the peer's descriptor. Unavailable when the peer cannot be reached.
+  virtual Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) = 0;
+  // Queues slices for `link`'s peer; each completes through the context. Again when the queues
+  // are full (nothing was queued then).
+  virtual Status Submit(PeerLink& link, std::span<Slice* const> slices) = 0;
+
+  // Answers a peer's Exchange (see TransportContext::Exchange).
+  virtual Result<std::string> OnExchange(std::string_view payload) = 0;
+};
+
+}  // namespace ferry

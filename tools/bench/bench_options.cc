@@ -1,0 +1,276 @@
+#include "bench/bench_options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <iterator>
+#include <optional>
+
+namespace ferry::bench {
+namespace {
+
+constexpr uint64_t kDefaultBufferSize = uint64_t{256} << 20;
+constexpr uint64_t kMaxBytes = uint64_t{1} << 48;
+
+std::optional<uint64_t> ParseUnsigned(std::string_view text, int base = 10) {
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<bool> ParseBool(std::string_view text) {
+  if (text == "true" || text == "1" || text == "yes") return true;
+  if (text == "false" || text == "0" || text == "no") return false;
+  return std::nullopt;
+}
+
+Status BadValue(std::string_view flag, std::string_view value, std::string_view want) {
+  return InvalidArgumentError("bad value '" + std::string(value) + "' for --" + std::string(flag) +
+                              " (" + std::string(want) + ")");
+}
+
+// Parses a positive count no larger than `max` into `out`.
+Status ParseCount(std::string_view flag, std::string_view value, uint64_t max, uint64_t& out) {
+  const auto n = ParseUnsigned(value);
+  if (!n || *n == 0 || *n > max) return BadValue(flag, value, "1.." + std::to_string(max));
+  out = *n;
+  return Status::Ok();
+}
+
+Status ParseSizeFlag(std::string_view flag, std::string_view value, uint64_t& out) {
+  Result<uint64_t> bytes = ParseByteSize(value);
+  if (!bytes.ok()) return BadValue(flag, value, "bytes, e.g. 4096, 64K, 4M, 1G");
+  out = *bytes;
+  return Status::Ok();
+}
+
+Status ApplyEnumFlag(std::string_view flag, std::string_view value, BenchOptions& out) {
+  if (flag == "mode") {
+    if (value == "target") {
+      out.mode = BenchMode::kTarget;
+    } else if (value == "initiator") {
+      out.mode = BenchMode::kInitiator;
+    } else {
+      return BadValue(flag, value, "target|initiator");
+    }
+  } else {  // operation
+    if (value == "read") {
+      out.operation = BenchOperation::kRead;
+    } else if (value == "write") {
+      out.operation = BenchOperation::kWrite;
+    } else {
+      return BadValue(flag, value, "read|write");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptions& out) {
+  if (flag == "rpc_port") {
+    const auto port = ParseUnsigned(value);
+    if (!port || *port > 65535) return BadValue(flag, value, "0..65535");
+    out.rpc_port = static_cast<uint16_t>(*port);
+    return Status::Ok();
+  }
+  if (flag == "target_addr") {
+    std::string_view hex = value;
+    if (hex.substr(0, 2) == "0x" || hex.substr(0, 2) == "0X") hex.remove_prefix(2);
+    const auto addr = ParseUnsigned(hex, 16);
+    if (!addr || *addr == 0) return BadValue(flag, value, "a non-zero hex address");
+    out.target_addr = *addr;
+    return Status::Ok();
+  }
+  if (flag == "duration") {
+    double seconds = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+    if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
+        !std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
+      return BadValue(flag, value, "seconds > 0");
+    }
+    out.duration_s = seconds;
+    out.duration_given = true;
+    return Status::Ok();
+  }
+  if (flag == "block_size") return ParseSizeFlag(flag, value, out.block_size);
+  if (flag == "buffer_size") return ParseSizeFlag(flag, value, out.buffer_size);
+  if (flag == "batch_size") return ParseCount(flag, value, 1 << 16, out.batch_size);
+  if (flag == "threads") return ParseCount(flag, value, 1024, out.threads);
+  return InvalidArgumentError("unknown flag '--" + std::string(flag) + "'");
+}
+
+// Applies one "--flag=value" to `out`. `has_value` is false for a bare "--flag".
+Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, BenchOptions& out) {
+  if (flag == "check" || flag == "json") {
+    const auto on = has_value ? ParseBool(value) : std::optional<bool>(true);
+    if (!on) return BadValue(flag, value, "true|false");
+    (flag == "check" ? out.check : out.json) = *on;
+    return Status::Ok();
+  }
+  if (!has_value) {
+    static constexpr std::string_view kValueFlags[] = {
+        "mode",       "operation",  "metadata_server", "local_server_name", "host",
+        "rpc_port",   "segment_id", "target_addr",     "protocol",          "block_size",
+        "batch_size", "threads",    "duration",        "buffer_size"};
+    const bool known =
+        std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
+    return InvalidArgumentError(known ? "flag --" + std::string(flag) + " needs =<value>"
+                                      : "unknown flag '--" + std::string(flag) + "'");
+  }
+  if (flag == "mode" || flag == "operation") return ApplyEnumFlag(flag, value, out);
+  if (flag == "metadata_server" || flag == "host" || flag == "segment_id" || flag == "protocol") {
+    if (value.empty()) return BadValue(flag, value, "a non-empty string");
+  }
+  if (flag == "metadata_server") {
+    out.metadata_server = std::string(value);
+  } else if (flag == "local_server_name") {
+    out.local_server_name = std::string(value);
+  } else if (flag == "host") {
+    out.host = std::string(value);
+  } else if (flag == "segment_id") {
+    out.segment_id = std::string(value);
+  } else if (flag == "protocol") {
+    out.protocol = std::string(value);
+  } else {
+    return ApplyNumberFlag(flag, value, out);
+  }
+  return Status::Ok();
+}
+
+// Checks the combination of flags; the single flags were checked as they were parsed.
+Status Validate(const BenchOptions& o) {
+  if (o.help) return Status::Ok();
+  if (o.mode == BenchMode::kInitiator) {
+    if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
+    if (o.target_addr == 0) {
+      return InvalidArgumentError("initiator needs --target_addr (the target's ready line)");
+    }
+  }
+  if (o.WorkingSetBytes() / o.threads / o.batch_size != o.block_size ||
+      o.WorkingSetBytes() > kMaxBytes) {
+    return InvalidArgumentError("threads * batch_size * block_size is too large");
+  }
+  if (o.buffer_size != 0 && o.buffer_size < o.WorkingSetBytes()) {
+    return InvalidArgumentError("--buffer_size " + std::to_string(o.buffer_size) +
+                                " is smaller than threads * batch_size * block_size = " +
+                                std::to_string(o.WorkingSetBytes()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t BenchOptions::EffectiveBufferSize() const {
+  if (buffer_size != 0) return buffer_size;
+  return std::max(kDefaultBufferSize, WorkingSetBytes());
+}
+
+std::vector<std::string> BenchOptions::Transports() const {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= protocol.size()) {
+    size_t comma = protocol.find(',', start);
+    if (comma == std::string::npos) comma = protocol.size();
+    if (comma > start) names.push_back(protocol.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return names;
+}
+
+Result<uint64_t> ParseByteSize(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const auto number = ParseUnsigned(text.substr(0, digits));
+  std::string suffix(text.substr(digits));
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  int shift = -1;
+  if (suffix.empty() || suffix == "b") {
+    shift = 0;
+  } else if (suffix == "k" || suffix == "kb" || suffix == "kib") {
+    shift = 10;
+  } else if (suffix == "m" || suffix == "mb" || suffix == "mib") {
+    shift = 20;
+  } else if (suffix == "g" || suffix == "gb" || suffix == "gib") {
+    shift = 30;
+  }
+  if (!number || shift < 0 || *number == 0 || *number > (kMaxBytes >> shift)) {
+    return InvalidArgumentError("bad byte size '" + std::string(text) + "'");
+  }
+  return *number << shift;
+}
+
+Result<BenchOptions> ParseBenchOptions(const std::vector<std::string>& args) {
+  BenchOptions out;
+  for (const std::string& arg_string : args) {
+    std::string_view arg = arg_string;
+    if (arg == "--help" || arg == "-h" || arg == "-help") {
+      out.help = true;
+      continue;
+    }
+    if (arg.substr(0, 2) == "--") {
+      arg.remove_prefix(2);
+    } else if (arg.substr(0, 1) == "-") {
+      arg.remove_prefix(1);  // gflags accepts one dash too
+    } else {
+      return InvalidArgumentError("unexpected argument '" + arg_string + "'");
+    }
+    const size_t eq = arg.find('=');
+    const bool has_value = eq != std::string_view::npos;
+    RETURN_IF_ERROR(
+        ApplyFlag(arg.substr(0, eq), has_value ? arg.substr(eq + 1) : "", has_value, out));
+  }
+  RETURN_IF_ERROR(Validate(out));
+  return out;
+}
+
+std::string_view OperationName(BenchOperation op) {
+  return op == BenchOperation::kRead ? "read" : "write";
+}
+
+std::string BenchUsage() {
+  return R"(usage: ferry-bench --mode=target|initiator [flags]
+
+Measures ferry transfers between two processes, as Mooncake's transfer_engine_bench does.
+
+  target:     ferry-bench --mode=target [--check]
+              registers --buffer_size bytes and prints, once reachable:
+                ready segment=<name> addr=<hex address> len=<bytes>
+              then serves until SIGINT/SIGTERM (or --duration, when given).
+  initiator:  ferry-bench --mode=initiator --segment_id=<name> --target_addr=<hex> [flags]
+              runs --threads threads for --duration seconds; each submits batches of
+              --batch_size blocks of --block_size bytes to its own slice of the target's buffer
+              and waits for the whole batch.
+
+flags:
+  --mode=target|initiator     (default initiator)
+  --metadata_server=CONN      P2PHANDSHAKE, etcd://h:p, redis://h:p, http://h:p/metadata
+                              (default P2PHANDSHAKE)
+  --local_server_name=NAME    this engine's segment name (default: <host>:<rpc_port>)
+  --host=ADDR                 address this engine listens on (default 127.0.0.1)
+  --rpc_port=N                RPC port; 0 picks a free one (default 0)
+  --segment_id=NAME           initiator: the target's segment name (its ready line)
+  --target_addr=HEX           initiator: the target's buffer address (its ready line); the
+                              facade cannot list a segment's buffers, so it is passed along
+  --protocol=NAME             transport(s) to install: tcp, a comma list, or auto (default tcp)
+  --operation=read|write      (default write)
+  --block_size=BYTES          bytes per request; K/M/G suffixes (default 64K)
+  --batch_size=N              requests per batch (default 32)
+  --threads=N                 initiator threads (default 1)
+  --duration=SECONDS          initiator run time (default 5); target: serve this long
+  --buffer_size=BYTES         registered bytes (default max(256M, threads*batch*block))
+  --check                     target: fill the buffer with the read pattern.
+                              initiator read: verify every block read (against a target
+                              started with --check, before any write ran against it).
+                              initiator write: write a fresh pattern, read it back into a
+                              second buffer at the end and compare every byte.
+  --json                      initiator: print one JSON line instead of the summary
+  --help
+
+The initiator exits 1 when a task failed or --check found a mismatch, 2 on bad flags.
+Latency is per batch, from submit until every task of the batch is done.
+)";
+}
+
+}  // namespace ferry::bench

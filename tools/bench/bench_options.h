@@ -1,0 +1,64 @@
+// Command-line options of ferry-bench, parsed once at the edge (STYLE.md 12). Flags are
+// gflags-style ("--name=value"; booleans also as "--name"), as in Mooncake's
+// transfer_engine_bench.
+//
+// Thread contract: value type and pure functions; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry::bench {
+
+enum class BenchMode : uint8_t { kTarget, kInitiator };
+enum class BenchOperation : uint8_t { kRead, kWrite };
+
+struct BenchOptions {
+  BenchMode mode = BenchMode::kInitiator;
+  std::string metadata_server = "P2PHANDSHAKE";
+  std::string local_server_name;  // empty: "<host>:<rpc_port>"
+  std::string host = "127.0.0.1";
+  uint16_t rpc_port = 0;     // 0: a free port (the target prints its segment name)
+  std::string segment_id;    // initiator: the target's segment name
+  uint64_t target_addr = 0;  // initiator: the target's buffer address ("addr=" of its ready line)
+  std::string protocol = "tcp";  // a transport name, a comma list, or "auto"
+  BenchOperation operation = BenchOperation::kWrite;
+  uint64_t block_size = 65536;
+  uint64_t batch_size = 32;
+  uint64_t threads = 1;
+  double duration_s = 5;
+  bool duration_given = false;  // the target serves forever unless --duration was given
+  uint64_t buffer_size = 0;     // 0: max(256 MiB, threads * batch_size * block_size)
+  bool check = false;
+  bool json = false;
+  bool help = false;
+
+  // Bytes every thread's slice spans: batch_size * block_size.
+  uint64_t SliceBytes() const { return batch_size * block_size; }
+  // Bytes all threads' slices span; the same region of the local and the remote buffer.
+  uint64_t WorkingSetBytes() const { return threads * SliceBytes(); }
+  // --buffer_size, or its default.
+  uint64_t EffectiveBufferSize() const;
+  // EngineOptions::transports for --protocol ("auto" -> {"auto"}).
+  std::vector<std::string> Transports() const;
+};
+
+// Parses argv[1..]. Errors: InvalidArgument naming the flag (unknown flag, missing or bad value,
+// a combination that cannot run, e.g. an initiator without --segment_id).
+Result<BenchOptions> ParseBenchOptions(const std::vector<std::string>& args);
+
+// "4096", "64K", "1M", "2G" (binary multiples; "KiB"/"MiB"/"GiB" and lower case also accepted).
+// Errors: InvalidArgument for anything else, zero, or a value past 2^48.
+Result<uint64_t> ParseByteSize(std::string_view text);
+
+// The --help text.
+std::string BenchUsage();
+
+std::string_view OperationName(BenchOperation op);
+
+}  // namespace ferry::bench

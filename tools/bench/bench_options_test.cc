@@ -1,0 +1,171 @@
+// Flag parsing, byte sizes, the --check patterns and the report of ferry-bench.
+#include "bench/bench_options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/bench_report.h"
+#include "bench/pattern.h"
+
+namespace ferry::bench {
+namespace {
+
+Result<BenchOptions> Parse(std::vector<std::string> args) { return ParseBenchOptions(args); }
+
+const std::vector<std::string> kInitiator = {"--segment_id=127.0.0.1:1234",
+                                             "--target_addr=0x7f0000001000"};
+
+TEST(BenchOptionsTest, DefaultsForAnInitiator) {
+  Result<BenchOptions> o = Parse(kInitiator);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->mode, BenchMode::kInitiator);
+  EXPECT_EQ(o->metadata_server, "P2PHANDSHAKE");
+  EXPECT_EQ(o->host, "127.0.0.1");
+  EXPECT_EQ(o->rpc_port, 0);
+  EXPECT_EQ(o->target_addr, 0x7f0000001000u);
+  EXPECT_EQ(o->operation, BenchOperation::kWrite);
+  EXPECT_EQ(o->block_size, 65536u);
+  EXPECT_EQ(o->batch_size, 32u);
+  EXPECT_EQ(o->threads, 1u);
+  EXPECT_EQ(o->duration_s, 5);
+  EXPECT_FALSE(o->duration_given);
+  EXPECT_EQ(o->EffectiveBufferSize(), uint64_t{256} << 20);
+  EXPECT_FALSE(o->check);
+  EXPECT_FALSE(o->json);
+}
+
+TEST(BenchOptionsTest, ParsesEveryFlag) {
+  Result<BenchOptions> o = Parse(
+      {"--mode=initiator", "--metadata_server=etcd://127.0.0.1:2379", "--local_server_name=me",
+       "--host=127.0.0.2", "--rpc_port=15000", "--segment_id=peer", "--target_addr=abc000",
+       "--protocol=tcp,shm", "--operation=read", "--block_size=4K", "--batch_size=8", "--threads=4",
+       "--duration=0.5", "--buffer_size=1G", "--check", "--json=true"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->metadata_server, "etcd://127.0.0.1:2379");
+  EXPECT_EQ(o->local_server_name, "me");
+  EXPECT_EQ(o->host, "127.0.0.2");
+  EXPECT_EQ(o->rpc_port, 15000);
+  EXPECT_EQ(o->segment_id, "peer");
+  EXPECT_EQ(o->target_addr, 0xabc000u);
+  EXPECT_EQ(o->Transports(), (std::vector<std::string>{"tcp", "shm"}));
+  EXPECT_EQ(o->operation, BenchOperation::kRead);
+  EXPECT_EQ(o->block_size, 4096u);
+  EXPECT_EQ(o->batch_size, 8u);
+  EXPECT_EQ(o->threads, 4u);
+  EXPECT_EQ(o->duration_s, 0.5);
+  EXPECT_TRUE(o->duration_given);
+  EXPECT_EQ(o->EffectiveBufferSize(), uint64_t{1} << 30);
+  EXPECT_TRUE(o->check);
+  EXPECT_TRUE(o->json);
+}
+
+TEST(BenchOptionsTest, TargetNeedsNoPeerAndAutoIsOneName) {
+  Result<BenchOptions> o = Parse({"--mode=target", "--protocol=auto", "-check"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->mode, BenchMode::kTarget);
+  EXPECT_EQ(o->Transports(), std::vector<std::string>{"auto"});
+  EXPECT_TRUE(o->check);
+}
+
+TEST(BenchOptionsTest, RejectsBadInput) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--mode=target", "--nope=1"},
+      {"--mode=target", "stray"},
+      {"--mode=both"},
+      {"--mode=target", "--rpc_port=70000"},
+      {"--mode=target", "--block_size=0"},
+      {"--mode=target", "--block_size=4T"},
+      {"--mode=target", "--block_size=-4"},
+      {"--mode=target", "--duration=0"},
+      {"--mode=target", "--threads=0"},
+      {"--mode=target", "--check=maybe"},
+      {"--mode=target", "--host"},
+      {"--mode=target", "--host="},
+      {"--segment_id=x"},
+      {"--target_addr=0x10"},
+      {"--mode=target", "--block_size=1M", "--buffer_size=16M"},
+      {"--segment_id=x", "--target_addr=zz"}};
+  for (const auto& args : bad) {
+    Result<BenchOptions> o = Parse(args);
+    EXPECT_FALSE(o.ok()) << args.back();
+    if (!o.ok()) EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(BenchOptionsTest, HelpNeedsNothingElse) {
+  Result<BenchOptions> o = Parse({"--help"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->help);
+  EXPECT_NE(BenchUsage().find("--target_addr"), std::string::npos);
+}
+
+TEST(BenchOptionsTest, BufferDefaultCoversTheWorkingSet) {
+  Result<BenchOptions> o =
+      Parse({"--mode=target", "--block_size=4M", "--batch_size=32", "--threads=4"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->EffectiveBufferSize(), uint64_t{512} << 20);
+}
+
+TEST(ByteSizeTest, Suffixes) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("4k"), 4096u);
+  EXPECT_EQ(*ParseByteSize("64KiB"), 65536u);
+  EXPECT_EQ(*ParseByteSize("4M"), uint64_t{4} << 20);
+  EXPECT_EQ(*ParseByteSize("2GB"), uint64_t{2} << 30);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("K").ok());
+  EXPECT_FALSE(ParseByteSize("1.5M").ok());
+  EXPECT_FALSE(ParseByteSize("99999999999G").ok());
+}
+
+TEST(PatternTest, DependsOnSeedAndOffsetOnly) {
+  std::vector<uint8_t> whole(1000), part(100);
+  FillPattern(7, 0, whole.data(), whole.size());
+  FillPattern(7, 333, part.data(), part.size());  // unaligned start and end
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + 333));
+  EXPECT_FALSE(FindPatternMismatch(7, 333, part.data(), part.size()).has_value());
+  EXPECT_EQ(FindPatternMismatch(8, 0, whole.data(), whole.size()), 0u);
+}
+
+TEST(PatternTest, NamesTheFirstBadByte) {
+  std::vector<uint8_t> data(4096);
+  FillPattern(kTargetPatternSeed, 8192, data.data(), data.size());
+  data[1234] ^= 1;
+  data[3000] ^= 1;
+  EXPECT_EQ(FindPatternMismatch(kTargetPatternSeed, 8192, data.data(), data.size()), 8192u + 1234u);
+}
+
+TEST(ReportTest, PercentilesAndJson) {
+  std::vector<double> samples;
+  for (int i = 100; i >= 1; --i) samples.push_back(i);
+  EXPECT_EQ(Percentile(samples, 50), 50);
+  EXPECT_EQ(Percentile(samples, 99), 99);
+  std::vector<double> empty;
+  EXPECT_EQ(Percentile(empty, 99), 0);
+
+  BenchOptions o;
+  o.block_size = 4096;
+  BenchResult r;
+  r.bytes = 2'000'000'000;
+  r.ops = 488281;
+  r.seconds = 2;
+  r.p50_us = 10;
+  r.p99_us = 20;
+  const std::string json = FormatJson(o, r);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_EQ(json.back(), '}');
+  EXPECT_NE(json.find("\"operation\":\"write\""), std::string::npos);
+  EXPECT_NE(json.find("\"protocol\":\"tcp\""), std::string::npos);
+  EXPECT_NE(json.find("\"block_size\":4096"), std::string::npos);
+  EXPECT_NE(json.find("\"gbps\":1.000000"), std::string::npos);
+  EXPECT_NE(json.find("\"errors\":0"), std::string::npos);
+  for (const char* key :
+       {"batch_size", "threads", "bytes", "seconds", "ops_per_s", "p50_us", "p99_us"}) {
+    EXPECT_NE(json.find("\"" + std::string(key) + "\":"), std::string::npos) << key;
+  }
+}
+
+}  // namespace
+}  // namespace ferry::bench

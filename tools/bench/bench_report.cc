@@ -1,0 +1,68 @@
+#include "bench/bench_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace ferry::bench {
+namespace {
+
+// The JSON string literal for `text` (quotes, backslashes and control bytes escaped).
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\u%04x", c);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+double Percentile(std::vector<double>& samples, double p) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(samples.size()));
+  const size_t index = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
+  return samples[std::min(index, samples.size() - 1)];
+}
+
+std::string FormatJson(const BenchOptions& o, const BenchResult& r) {
+  char numbers[512];
+  std::snprintf(numbers, sizeof(numbers),
+                "\"block_size\":%llu,\"batch_size\":%llu,\"threads\":%llu,\"bytes\":%llu,"
+                "\"seconds\":%.6f,\"gbps\":%.6f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,"
+                "\"p99_us\":%.1f,\"errors\":%llu",
+                static_cast<unsigned long long>(o.block_size),
+                static_cast<unsigned long long>(o.batch_size),
+                static_cast<unsigned long long>(o.threads),
+                static_cast<unsigned long long>(r.bytes), r.seconds, r.Gbps(), r.OpsPerSecond(),
+                r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+  return "{\"operation\":" + JsonString(std::string(OperationName(o.operation))) +
+         ",\"protocol\":" + JsonString(o.protocol) + "," + numbers + "}";
+}
+
+std::string FormatSummary(const BenchOptions& o, const BenchResult& r) {
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "%s over %s: block %llu B, batch %llu, %llu thread(s), %.2f s\n"
+                "  %.3f GB/s, %.0f ops/s, batch latency p50 %.1f us, p99 %.1f us, %llu error(s)",
+                std::string(OperationName(o.operation)).c_str(), o.protocol.c_str(),
+                static_cast<unsigned long long>(o.block_size),
+                static_cast<unsigned long long>(o.batch_size),
+                static_cast<unsigned long long>(o.threads), r.seconds, r.Gbps(), r.OpsPerSecond(),
+                r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+  std::string out = line;
+  if (!r.first_error.empty()) out += "\n  first error: " + r.first_error;
+  return out;
+}
+
+}  // namespace ferry::bench

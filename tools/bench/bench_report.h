@@ -1,0 +1,35 @@
+// What one initiator run measured, and its two printed forms: the human summary and the --json
+// line (keys: operation, protocol, block_size, batch_size, threads, bytes, seconds, gbps,
+// ops_per_s, p50_us, p99_us, errors).
+//
+// Thread contract: value types and pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/bench_options.h"
+
+namespace ferry::bench {
+
+struct BenchResult {
+  uint64_t bytes = 0;  // bytes of completed tasks
+  uint64_t ops = 0;    // completed tasks (blocks)
+  double seconds = 0;  // wall time of the measured loop
+  double p50_us = 0;   // batch latency percentiles, submit to all-done
+  double p99_us = 0;
+  uint64_t errors = 0;      // failed tasks, plus one per failed submit/poll/check
+  std::string first_error;  // empty when errors == 0
+
+  double Gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+  double OpsPerSecond() const { return seconds > 0 ? static_cast<double>(ops) / seconds : 0; }
+};
+
+// The nearest-rank percentile (0 < p <= 100) of `samples`, which it sorts; 0 when empty.
+double Percentile(std::vector<double>& samples, double p);
+
+std::string FormatJson(const BenchOptions& options, const BenchResult& result);
+std::string FormatSummary(const BenchOptions& options, const BenchResult& result);
+
+}  // namespace ferry::bench

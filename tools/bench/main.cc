@@ -1,0 +1,27 @@
+// ferry-bench: measures ferry transfers between a target and an initiator process, in the style
+// of Mooncake's transfer_engine_bench. Flags and the ready-line protocol: BenchUsage().
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench/bench_modes.h"
+#include "bench/bench_options.h"
+#include "bench/bench_support.h"
+
+int main(int argc, char** argv) {
+  using namespace ferry::bench;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  ferry::Result<BenchOptions> options = ParseBenchOptions(args);
+  if (!options.ok()) {
+    std::fprintf(stderr, "ferry-bench: %s\n\n%s", options.status().message().c_str(),
+                 BenchUsage().c_str());
+    return 2;
+  }
+  if (options->help) {
+    std::printf("%s", BenchUsage().c_str());
+    return 0;
+  }
+  StopSignals signals;  // before any thread starts, so every thread inherits the blocked mask
+  return options->mode == BenchMode::kTarget ? RunTarget(*options, signals)
+                                             : RunInitiator(*options, signals);
+}
