@@ -13,23 +13,12 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/tsan_suppressions.h"
 #include "metadata_server/http_handlers.h"
 #include "metadata_server/kv_store.h"
 #include "metadata_server/server_options.h"
 
-// cpp-httplib is an uninstrumented shared library: TSan cannot see the guard loads of its
-// function-local statics (e.g. the method-name set of its request parser), so a worker thread
-// reading one that another initialized is reported as a race. Ignore reports inside that library.
-#if defined(__SANITIZE_THREAD__)
-#define FERRY_TSAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FERRY_TSAN_BUILD 1
-#endif
-#endif
-#ifdef FERRY_TSAN_BUILD
-extern "C" const char* __tsan_default_suppressions() { return "race:libcpp-httplib.so\n"; }
-#endif
+FERRY_TSAN_IGNORE_HTTPLIB()
 
 namespace ferry::metadata_server {
 namespace {

@@ -17,21 +17,10 @@
 #include <string>
 #include <thread>
 
+#include "common/tsan_suppressions.h"
 #include "test_servers.h"
 
-// cpp-httplib is an uninstrumented shared library: TSan cannot see the guard loads of its
-// function-local statics (e.g. the method-name set of its request parser), so a worker thread
-// reading one that another initialized is reported as a race. Ignore reports inside that library.
-#if defined(__SANITIZE_THREAD__)
-#define FERRY_TSAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FERRY_TSAN_BUILD 1
-#endif
-#endif
-#ifdef FERRY_TSAN_BUILD
-extern "C" const char* __tsan_default_suppressions() { return "race:libcpp-httplib.so\n"; }
-#endif
+FERRY_TSAN_IGNORE_HTTPLIB()
 
 namespace ferry::testing {
 namespace {
