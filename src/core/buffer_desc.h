@@ -11,9 +11,9 @@ namespace ferry {
 
 // Thread contract: value type.
 struct BufferDesc {
-  uint64_t addr = 0;    // start address in the owner's address space (or a backend offset)
-  uint64_t length = 0;  // bytes; > 0 and addr + length does not wrap
-  Location location;    // never Kind::kDetect once published
+  uint64_t addr = 0;        // start address in the owner's address space (or a backend offset)
+  uint64_t length = 0;      // bytes; > 0 and addr + length does not wrap
+  Location location;        // never Kind::kDetect once published
   uint64_t generation = 0;  // registry generation of this registration; > 0
   bool remote_accessible = true;
   // Opaque per-transport bytes (rkeys, IPC handles, window offsets), keyed by transport name.
@@ -23,9 +23,7 @@ struct BufferDesc {
   uint64_t end() const { return addr + length; }
   // True when [a, a + n) lies entirely inside this buffer (n may be 0 for an empty access at a
   // point inside or at the end of the buffer).
-  bool Covers(uint64_t a, uint64_t n) const {
-    return a >= addr && a <= end() && n <= end() - a;
-  }
+  bool Covers(uint64_t a, uint64_t n) const { return a >= addr && a <= end() && n <= end() - a; }
 
   friend bool operator==(const BufferDesc&, const BufferDesc&) = default;
 };

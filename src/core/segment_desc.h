@@ -22,7 +22,7 @@ struct RpcEndpoint {
 // a host when boot_id matches and each can see the other's processes (same pid namespace).
 struct HostIdentity {
   std::string hostname;
-  std::string boot_id;  // /proc/sys/kernel/random/boot_id
+  std::string boot_id;         // /proc/sys/kernel/random/boot_id
   uint64_t pid_namespace = 0;  // inode of /proc/self/ns/pid; 0 = unknown
   friend bool operator==(const HostIdentity&, const HostIdentity&) = default;
 };
