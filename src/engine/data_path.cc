@@ -156,7 +156,7 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
   ASSIGN_OR_RETURN(SegmentHandle target, directory_->Get(r.target_id));
   task->desc = target.desc;
   const SegmentDesc& desc = *task->desc;
-  if (desc.name == name_ && desc.incarnation == incarnation_) return LocalCopy(task, desc);
+  if (desc.name == name_ && desc.incarnation == incarnation_) return LocalCopy(task);
   if (r.length == 0) return Status::Ok();
 
   const BufferDesc* buffer = desc.FindCovering(r.target_offset, r.length);
@@ -173,12 +173,8 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
     return PermissionDeniedError("the target buffer of segment '" + desc.name +
                                  "' is not remote-accessible");
   }
-  std::vector<engine::Candidate> installed;
-  for (const auto& t : transports_) {
-    installed.push_back({std::string(t->name()), !t->capabilities().reaches_other_hosts});
-  }
   const std::vector<std::string> order =
-      policy_->Order(*buffer, installed, SameHost(desc), desc.name);
+      policy_->Order(*buffer, candidates_, SameHost(desc), desc.name);
   if (order.empty()) {
     return UnavailableError("no transport reaches segment '" + desc.name +
                             "': none of its buffer's transports is installed here");
@@ -212,8 +208,7 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
   return last;
 }
 
-Status TransferEngine::Impl::LocalCopy(Task* task, const SegmentDesc& self) {
-  (void)self;
+Status TransferEngine::Impl::LocalCopy(Task* task) {
   const TransferRequest& r = task->request;
   if (r.length == 0) return Status::Ok();
   ASSIGN_OR_RETURN(PinGuard target, registry_->Pin(r.target_offset, r.length));

@@ -87,7 +87,8 @@ class TransferEngine::Impl final : public TransportContext {
   void StartTask(engine::Task* task);
   // Resolves the target and plans slices; Ok with no slices when it was done locally.
   Status PlanTask(engine::Task* task);
-  Status LocalCopy(engine::Task* task, const SegmentDesc& self);
+  // A request to this engine's own segment: both ranges pinned, then memmove.
+  Status LocalCopy(engine::Task* task);
   void SubmitSlices(engine::Task* task);
   void OnAllSlicesDone(engine::Task* task);
   void EndAttempt(engine::Task* task);
@@ -135,7 +136,8 @@ class TransferEngine::Impl final : public TransportContext {
   std::thread progress_;
 
   std::vector<std::unique_ptr<Transport>> transports_;
-  std::unique_ptr<RpcServer> rpc_server_;  // destroyed first of the services
+  std::vector<engine::Candidate> candidates_;  // transports_ as the selection policy sees them
+  std::unique_ptr<RpcServer> rpc_server_;      // destroyed first of the services
 };
 
 }  // namespace ferry

@@ -124,6 +124,7 @@ Status TransferEngine::Impl::StartTransports() {
     if (!bytes.ok())
       return bytes.status().WithContext("starting transport '" + std::string(t->name()) + "'");
     base_desc_.transports[std::string(t->name())] = *bytes;
+    candidates_.push_back({std::string(t->name()), !t->capabilities().reaches_other_hosts});
   }
   return Status::Ok();
 }
@@ -178,8 +179,9 @@ Status TransferEngine::Impl::Publish() {
   SegmentDesc desc = base_desc_;
   desc.buffers = registry_->Snapshot();
   MutexLock lock(publish_mu_);
-  RETURN_IF_ERROR(publisher_->Publish(desc));
-  published_[SegmentDescKey(options_.metadata_prefix, name_)] = EncodeSegmentDesc(desc);
+  std::string encoded;
+  RETURN_IF_ERROR(publisher_->Publish(desc, &encoded));
+  published_[SegmentDescKey(options_.metadata_prefix, name_)] = std::move(encoded);
   published_[RpcMetaKey(options_.metadata_prefix, name_)] = RpcMetaValue(desc);
   return Status::Ok();
 }

@@ -259,7 +259,7 @@ void SegmentDirectory::OnWatchEvent(const WatchEvent& event) {
 SegmentPublisher::SegmentPublisher(MetadataStore* store, std::string prefix)
     : store_(store), prefix_(std::move(prefix)) {}
 
-Status SegmentPublisher::Publish(const SegmentDesc& desc) {
+Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) {
   RETURN_IF_ERROR(
       ValidateSegmentDesc(desc).WithContext("not publishing segment '" + desc.name + "'"));
   const std::string json = EncodeSegmentDesc(desc);
@@ -274,6 +274,7 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc) {
   RETURN_IF_ERROR(store_->Put(SegmentDescKey(prefix_, desc.name), json, {.leased = true}));
   published_name_ = desc.name;
   ++publishes_;
+  if (encoded != nullptr) *encoded = json;
   return Status::Ok();
 }
 

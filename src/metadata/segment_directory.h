@@ -141,7 +141,8 @@ class SegmentPublisher {
 
   // Validates, encodes and writes both entries. A desc that fails ValidateSegmentDesc is
   // InvalidArgument and nothing is written.
-  Status Publish(const SegmentDesc& desc);
+  // On success, `*encoded` (when given) receives the descriptor JSON that was written.
+  Status Publish(const SegmentDesc& desc, std::string* encoded = nullptr);
   // Deletes both entries of the last published segment (clean shutdown).
   Status Remove();
   uint64_t publishes() const;

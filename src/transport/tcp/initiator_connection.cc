@@ -173,22 +173,20 @@ void InitiatorConnection::SendReady() {
 }
 
 InitiatorConnection::Io InitiatorConnection::ReadSome(void* buf, size_t len, size_t* got) {
-  for (;;) {
-    const ssize_t n = recv(fd_.get(), buf, len, MSG_DONTWAIT);
-    if (n > 0) {
-      *got = static_cast<size_t>(n);
+  switch (RecvSome(fd_.get(), buf, len, got)) {
+    case RecvOutcome::kProgress:
       last_progress_ = std::chrono::steady_clock::now();
       return Io::kProgress;
-    }
-    if (n == 0) {
+    case RecvOutcome::kWouldBlock:
+      return Io::kWouldBlock;
+    case RecvOutcome::kPeerClosed:
       Fail(Broken("closed by peer"));
       return Io::kFailed;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Io::kWouldBlock;
-    Fail(Broken("recv: " + ErrnoText(errno)));
-    return Io::kFailed;
+    case RecvOutcome::kError:
+      break;
   }
+  Fail(Broken("recv: " + ErrnoText(errno)));
+  return Io::kFailed;
 }
 
 void InitiatorConnection::ReceiveReady() {

@@ -51,22 +51,20 @@ void TargetConnection::Start() {
 }
 
 TargetConnection::Io TargetConnection::ReadSome(void* buf, size_t len, size_t* got) {
-  for (;;) {
-    const ssize_t n = recv(fd_.get(), buf, len, MSG_DONTWAIT);
-    if (n > 0) {
-      *got = static_cast<size_t>(n);
+  switch (RecvSome(fd_.get(), buf, len, got)) {
+    case RecvOutcome::kProgress:
       last_progress_ = std::chrono::steady_clock::now();
       return Io::kProgress;
-    }
-    if (n == 0) {
+    case RecvOutcome::kWouldBlock:
+      return Io::kWouldBlock;
+    case RecvOutcome::kPeerClosed:
       Close("closed by initiator");
       return Io::kClosed;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return Io::kWouldBlock;
-    Close("recv: " + ErrnoText(errno));
-    return Io::kClosed;
+    case RecvOutcome::kError:
+      break;
   }
+  Close("recv: " + ErrnoText(errno));
+  return Io::kClosed;
 }
 
 void TargetConnection::ReceiveReady() {

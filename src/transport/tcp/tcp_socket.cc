@@ -140,4 +140,18 @@ bool IsWildcardHost(std::string_view host) {
   return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
 }
 
+RecvOutcome RecvSome(int fd, void* buf, size_t len, size_t* got) {
+  for (;;) {
+    const ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);
+    if (n > 0) {
+      *got = static_cast<size_t>(n);
+      return RecvOutcome::kProgress;
+    }
+    if (n == 0) return RecvOutcome::kPeerClosed;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return RecvOutcome::kWouldBlock;
+    return RecvOutcome::kError;
+  }
+}
+
 }  // namespace ferry::tcp

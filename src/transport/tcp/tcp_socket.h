@@ -61,6 +61,11 @@ Result<UniqueFd> BeginConnect(const SocketAddress& addr, bool* connected);
 // The outcome of a connect begun by BeginConnect once the socket is writable (or in error).
 Status FinishConnect(int fd);
 
+// One non-blocking recv into [buf, buf + len), retried on EINTR. kProgress with *got > 0;
+// kWouldBlock when nothing is there; kPeerClosed at end of stream; kError with errno set.
+enum class RecvOutcome { kProgress, kWouldBlock, kPeerClosed, kError };
+RecvOutcome RecvSome(int fd, void* buf, size_t len, size_t* got);
+
 // Prepares a connected data socket: no Nagle (requests and responses are written whole and
 // latency matters), and TCP keepalive (60 s idle, 3 probes 10 s apart), so an idle connection
 // whose peer host vanished is reaped by the kernel instead of holding a slot forever.
