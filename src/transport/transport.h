@@ -17,6 +17,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -33,6 +34,7 @@ namespace ferry {
 struct TransportCapabilities {
   bool reaches_other_hosts = true;  // false: same-host only (shm, cxl, cuda-ipc)
   bool reaches_device_memory = false;
+  bool allocates_shared_memory = false;  // AllocateShared/FreeShared work (shm)
 };
 
 // A target-side access, pinned until released: the region cannot be unregistered meanwhile.
@@ -133,10 +135,24 @@ class Transport {
   // Fails whatever is queued (each slice completes with Canceled), joins threads. Idempotent.
   virtual void Stop() = 0;
 
-  // Returns the opaque key for BufferDesc::keys[name()].
+  // Returns the opaque key for BufferDesc::keys[name()]. NotFound means "this transport cannot
+  // reach this memory" (e.g. outside a cxl window): the engine registers the region without
+  // this transport. Any other error fails the registration.
   virtual Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
                                              const Location& location) = 0;
   virtual Status UnregisterMemory(uint64_t addr, uint64_t length) = 0;
+
+  // Optional (capabilities().allocates_shared_memory): `length` bytes that peers on this host
+  // can map and copy with memcpy. The engine registers them like any memory afterwards, and
+  // frees them with FreeShared after unregistering them.
+  virtual Result<void*> AllocateShared(size_t /*length*/, const Location& /*location*/) {
+    return InvalidArgumentError("transport '" + std::string(name()) +
+                                "' cannot allocate shared memory");
+  }
+  virtual Status FreeShared(void* /*addr*/) {
+    return InvalidArgumentError("transport '" + std::string(name()) +
+                                "' allocated no shared memory");
+  }
 
   // Per-peer state from the peer's descriptor. Unavailable when the peer cannot be reached.
   virtual Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) = 0;

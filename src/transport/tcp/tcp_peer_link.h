@@ -36,6 +36,8 @@ class TcpPeerLink final : public PeerLink {
   const TcpRuntime* runtime() const { return runtime_.get(); }
 
  private:
+  // Submit for slices that all move at least one byte.
+  Status SubmitMoving(std::span<Slice* const> slices);
   // The open connection of `slot`, made (and started) when missing or closed; nullptr when the
   // runtime is stopping.
   std::shared_ptr<InitiatorConnection> ConnectionLocked(size_t slot) REQUIRES(mu_);

@@ -213,7 +213,7 @@ TEST_F(TcpTransportTest, RejectsBadSubmissionsWithoutQueuingAnything) {
   std::vector<uint8_t> source(16);
   SliceBatch batch(&initiator_ctx_);
   batch.Add(Make(OpCode::kWrite, source.data(), 0, 16));
-  batch.Add(Make(OpCode::kWrite, source.data(), 0, 0));  // empty
+  batch.Add(Make(OpCode::kWrite, source.data(), 0, (uint64_t{1} << 30) + 1));  // over 1 GiB
   EXPECT_EQ(initiator_->Submit(*link, batch.ptrs).code(), StatusCode::kInvalidArgument);
   Slice* null_slice = nullptr;
   EXPECT_EQ(initiator_->Submit(*link, std::span<Slice* const>(&null_slice, 1)).code(),

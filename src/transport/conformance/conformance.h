@@ -1,0 +1,50 @@
+// The transport conformance suite (DESIGN.md, transport/conformance): one parametrized gtest
+// suite that every transport passes. A transport joins it by registering a Target from a
+// <x>_conformance.cc file that its CMakeLists.txt adds to the suite:
+//
+//   set_property(GLOBAL APPEND PROPERTY FERRY_CONFORMANCE_SOURCES
+//                ${CMAKE_CURRENT_SOURCE_DIR}/tcp_conformance.cc)
+//   set_property(GLOBAL APPEND PROPERTY FERRY_CONFORMANCE_LIBS ferry_transport_tcp)
+//
+//   // tcp_conformance.cc
+//   static const bool registered = ferry::conformance::Register({
+//       .name = "tcp", .transport = "tcp",
+//       .make = [] { return std::make_unique<TcpTransport>(TcpTransportOptions{}); }});
+//
+// Each case makes fresh transports in this process: one or more targets and an initiator, each
+// with a transport_testing::TestContext standing in for its engine (Exchange between them is
+// routed to the peer's OnExchange). Memory on both sides is registered with the transport that
+// owns it, as the engine does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+#include "transport/transport.h"
+
+namespace ferry::conformance {
+
+struct Target {
+  std::string name;       // the gtest parameter name, e.g. "shm_managed"; [A-Za-z0-9_] only
+  std::string transport;  // Transport::name() of what `make` returns
+  // Makes a transport, not yet started. Called several times per case.
+  std::function<std::unique_ptr<Transport>()> make;
+  // Empty when the target can run on this machine; otherwise why its cases are skipped
+  // (e.g. "no libfabric provider 'tcp;ofi_rxm'"). Unset: always runs.
+  std::function<std::string()> unavailable;
+  // Memory of `length` bytes on `owner`'s side (owner is started), freed by the deleter.
+  // Unset: heap memory. Set it where the transport reaches only memory of its own kind
+  // (shared allocations, a cxl window).
+  std::function<Result<std::shared_ptr<uint8_t>>(Transport& owner, size_t length)> allocate;
+};
+
+// Adds `target` to the suite; returns true so it can initialize a static.
+bool Register(Target target);
+const std::vector<Target>& Targets();
+
+}  // namespace ferry::conformance

@@ -1,0 +1,462 @@
+// The transport conformance suite: the same cases for every registered transport (see
+// conformance.h). Each case starts fresh transports in this process, with TestContexts standing
+// in for their engines, registers memory on both sides as the engine does, and checks what
+// every transport promises through the Transport seam.
+#include "transport/conformance/conformance.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/conformance/test_context.h"
+
+namespace ferry::conformance {
+namespace {
+
+using namespace std::chrono_literals;
+using transport_testing::SliceBatch;
+using transport_testing::TestContext;
+
+constexpr size_t kKiB = size_t{1} << 10;
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr auto kWait = 30s;  // bound on any batch's completions
+
+uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }  // NOLINT
+
+void Fill(uint8_t* p, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(seed * 131 + i * 31 + (i >> 9));
+}
+
+// One engine's worth: a context, a started transport and what it published.
+struct Side {
+  std::string segment;
+  std::unique_ptr<TestContext> ctx;
+  std::unique_ptr<Transport> transport;
+  std::string published;
+
+  SegmentDesc Desc() const {
+    SegmentDesc desc;
+    desc.name = segment;
+    desc.incarnation = ctx->incarnation();
+    desc.transports[std::string(transport->name())] = published;
+    return desc;
+  }
+};
+
+// Registered memory on one side.
+struct Region {
+  std::shared_ptr<uint8_t> memory;  // the allocation (may be larger than the registration)
+  uint8_t* data = nullptr;          // start of the registration
+  size_t length = 0;
+  uint64_t generation = 0;
+  std::string key;
+};
+
+class ConformanceTest : public ::testing::TestWithParam<Target> {
+ protected:
+  void SetUp() override {
+    if (GetParam().unavailable) {
+      const std::string why = GetParam().unavailable();
+      if (!why.empty()) GTEST_SKIP() << GetParam().name << ": " << why;
+    }
+    initiator_ = StartSide("initiator", 0x1111);
+    target_ = StartSide("target", 0x7a7a7a);
+  }
+
+  void TearDown() override {
+    // Transports stop first (failing what is in flight), then the memory goes, then the
+    // transports themselves: shared allocations are freed through their still-living owner.
+    for (auto& side : sides_) side->transport->Stop();
+    regions_.clear();
+    sides_.clear();
+  }
+
+  Side* StartSide(const std::string& segment, uint64_t incarnation) {
+    auto side = std::make_unique<Side>();
+    side->segment = segment;
+    side->ctx = std::make_unique<TestContext>(incarnation);
+    side->transport = GetParam().make();
+    Result<std::string> published = side->transport->Start(side->ctx.get(), {segment, "127.0.0.1"});
+    EXPECT_TRUE(published.ok()) << published.status();
+    if (published.ok()) side->published = *published;
+    for (auto& other : sides_) {
+      other->ctx->AddPeer(segment, side->transport.get());
+      side->ctx->AddPeer(other->segment, other->transport.get());
+    }
+    sides_.push_back(std::move(side));
+    return sides_.back().get();
+  }
+
+  // Allocates `allocation` bytes on `side` and registers [offset, offset + length) of them.
+  Region* Register(Side* side, size_t length, size_t allocation = 0, size_t offset = 0,
+                   uint64_t generation = 7) {
+    if (allocation == 0) allocation = length;
+    auto region = std::make_unique<Region>();
+    const Target& target = GetParam();
+    if (target.allocate) {
+      Result<std::shared_ptr<uint8_t>> memory = target.allocate(*side->transport, allocation);
+      EXPECT_TRUE(memory.ok()) << memory.status();
+      if (!memory.ok()) return nullptr;
+      region->memory = *memory;
+    } else {
+      region->memory =
+          std::shared_ptr<uint8_t>(new uint8_t[allocation], [](uint8_t* p) { delete[] p; });
+    }
+    std::memset(region->memory.get(), 0xAA, allocation);
+    region->data = region->memory.get() + offset;
+    region->length = length;
+    region->generation = generation;
+    Result<std::string> key =
+        side->transport->RegisterMemory(Addr(region->data), length, Location::Cpu());
+    EXPECT_TRUE(key.ok()) << key.status();
+    if (!key.ok()) return nullptr;
+    region->key = *key;
+    side->ctx->AddRegion(region->data, length, generation, true, target.transport);
+    regions_.push_back(std::move(region));
+    return regions_.back().get();
+  }
+
+  std::shared_ptr<PeerLink> Connect(Side* target) {
+    Result<std::shared_ptr<PeerLink>> link = initiator_->transport->Connect(target->Desc());
+    EXPECT_TRUE(link.ok()) << link.status();
+    return link.ok() ? *link : nullptr;
+  }
+
+  static Slice Make(OpCode op, const uint8_t* local, const Side* target, const Region* remote,
+                    size_t remote_offset, size_t length) {
+    Slice s;
+    s.op = op;
+    s.local_addr = Addr(local);
+    s.remote_addr = Addr(remote->data) + remote_offset;
+    s.length = length;
+    s.remote_generation = remote->generation;
+    s.peer_incarnation = target->ctx->incarnation();
+    s.remote_key = remote->key;
+    return s;
+  }
+
+  // Submits (retrying Again within the bound) and waits for every completion.
+  ::testing::AssertionResult Run(PeerLink& link, const SliceBatch& batch) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    Status s = initiator_->transport->Submit(link, batch.ptrs);
+    while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(200us);
+      s = initiator_->transport->Submit(link, batch.ptrs);
+    }
+    if (!s.ok()) return ::testing::AssertionFailure() << "Submit: " << s;
+    if (!initiator_->ctx->WaitAll(batch.ptrs, kWait)) {
+      return ::testing::AssertionFailure() << "slices did not complete within the bound";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult AllOk(const SliceBatch& batch) {
+    for (Slice* s : batch.ptrs) {
+      Status st = initiator_->ctx->StatusOf(s);
+      if (!st.ok()) return ::testing::AssertionFailure() << st;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  Side* initiator_ = nullptr;
+  Side* target_ = nullptr;
+  std::vector<std::unique_ptr<Side>> sides_;
+  std::vector<std::unique_ptr<Region>> regions_;
+};
+
+TEST_P(ConformanceTest, WriteReadVerifyAtOddSizesAndAlignments) {
+  Region* remote = Register(target_, 8 * kMiB);
+  Region* local = Register(initiator_, 16 * kMiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  const size_t sizes[] = {1, 3, 4095, 4096, 4097, 65537, kMiB + 13, 3 * kMiB};
+  const size_t offsets[] = {0, 1, 7, 4093};
+  uint32_t seed = 1;
+  for (size_t size : sizes) {
+    for (size_t offset : offsets) {
+      SCOPED_TRACE("size " + std::to_string(size) + " offset " + std::to_string(offset));
+      const size_t remote_offset = (offset * 3 + 64) % 4096 + 5;  // another alignment there
+      uint8_t* src = local->data + offset;
+      uint8_t* back = local->data + 8 * kMiB + offset;
+      Fill(src, size, ++seed);
+      std::memset(back, 0, size);
+      const uint8_t before = remote->data[remote_offset - 1];
+      const uint8_t after = remote->data[remote_offset + size];
+      SliceBatch write(initiator_->ctx.get());
+      write.Add(Make(OpCode::kWrite, src, target_, remote, remote_offset, size));
+      ASSERT_TRUE(Run(*link, write));
+      ASSERT_TRUE(AllOk(write));
+      ASSERT_EQ(0, std::memcmp(remote->data + remote_offset, src, size));
+      EXPECT_EQ(before, remote->data[remote_offset - 1]) << "a byte landed before the range";
+      EXPECT_EQ(after, remote->data[remote_offset + size]) << "a byte landed after the range";
+      SliceBatch read(initiator_->ctx.get());
+      read.Add(Make(OpCode::kRead, back, target_, remote, remote_offset, size));
+      ASSERT_TRUE(Run(*link, read));
+      ASSERT_TRUE(AllOk(read));
+      ASSERT_EQ(0, std::memcmp(back, src, size));
+    }
+  }
+}
+
+TEST_P(ConformanceTest, ZeroLengthSlicesCompleteAndMoveNothing) {
+  Region* remote = Register(target_, 64 * kKiB);
+  Region* local = Register(initiator_, 64 * kKiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  std::vector<uint8_t> snapshot(remote->data, remote->data + remote->length);
+  Fill(local->data, local->length, 9);
+  SliceBatch batch(initiator_->ctx.get());
+  batch.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 0));
+  batch.Add(Make(OpCode::kRead, local->data, target_, remote, 100, 0));
+  batch.Add(Make(OpCode::kWrite, local->data, target_, remote, remote->length, 0));
+  ASSERT_TRUE(Run(*link, batch));
+  EXPECT_TRUE(AllOk(batch));
+  EXPECT_EQ(0, std::memcmp(snapshot.data(), remote->data, remote->length));
+  EXPECT_EQ(0u, initiator_->ctx->duplicate_completions());
+}
+
+TEST_P(ConformanceTest, OutOfRangeAccessIsRefusedAndNothingIsWritten) {
+  // Register only the middle of a larger allocation: the bytes around it must stay untouched.
+  constexpr size_t kAlloc = 2 * kMiB;
+  constexpr size_t kOffset = 512 * kKiB;
+  constexpr size_t kLength = 256 * kKiB;
+  Region* remote = Register(target_, kLength, kAlloc, kOffset);
+  Region* local = Register(initiator_, kMiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  Fill(local->data, local->length, 3);
+  std::vector<uint8_t> snapshot(remote->memory.get(), remote->memory.get() + kAlloc);
+
+  SliceBatch batch(initiator_->ctx.get());
+  Slice* crossing_end =
+      batch.Add(Make(OpCode::kWrite, local->data, target_, remote, kLength - 10, 20));
+  Slice* beyond =
+      batch.Add(Make(OpCode::kWrite, local->data, target_, remote, kLength + 4096, 64 * kKiB));
+  Slice before = Make(OpCode::kWrite, local->data, target_, remote, 0, 64 * kKiB);
+  before.remote_addr -= 128 * kKiB;  // starts before the region
+  Slice* starts_before = batch.Add(before);
+  Slice* read_crossing =
+      batch.Add(Make(OpCode::kRead, local->data, target_, remote, kLength - 4096, 8192));
+  ASSERT_TRUE(Run(*link, batch));
+  for (Slice* s : {crossing_end, beyond, starts_before, read_crossing}) {
+    EXPECT_FALSE(initiator_->ctx->StatusOf(s).ok()) << "an out-of-range access was allowed";
+  }
+  EXPECT_EQ(0, std::memcmp(snapshot.data(), remote->memory.get(), kAlloc))
+      << "an out-of-range write changed target memory";
+}
+
+TEST_P(ConformanceTest, OldKeyAfterReRegistrationIsStale) {
+  Region* remote = Register(target_, 256 * kKiB);
+  Region* local = Register(initiator_, 256 * kKiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  Fill(local->data, local->length, 5);
+  {
+    SliceBatch warm(initiator_->ctx.get());
+    warm.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 4096));
+    ASSERT_TRUE(Run(*link, warm));
+    ASSERT_TRUE(AllOk(warm));
+  }
+  // Unregister in the registry's order (close, drain, transport), then register the same range
+  // again under a new generation.
+  const Region old = *remote;
+  ASSERT_TRUE(target_->ctx->CloseRegion(remote->data));
+  ASSERT_TRUE(target_->ctx->WaitNoPins(10s));
+  ASSERT_TRUE(target_->transport->UnregisterMemory(Addr(remote->data), remote->length).ok());
+  Result<std::string> key =
+      target_->transport->RegisterMemory(Addr(remote->data), remote->length, Location::Cpu());
+  ASSERT_TRUE(key.ok()) << key.status();
+  target_->ctx->AddRegion(remote->data, remote->length, old.generation + 1, true,
+                          GetParam().transport);
+  std::memset(remote->data, 0x11, remote->length);
+
+  SliceBatch stale(initiator_->ctx.get());
+  Slice* s = stale.Add(Make(OpCode::kWrite, local->data, target_, &old, 0, 64 * kKiB));
+  ASSERT_TRUE(Run(*link, stale));
+  EXPECT_EQ(StatusCode::kStale, initiator_->ctx->StatusOf(s).code())
+      << initiator_->ctx->StatusOf(s);
+  for (size_t i = 0; i < remote->length; ++i) {
+    ASSERT_EQ(0x11, remote->data[i]) << "a write with the old key landed at " << i;
+  }
+}
+
+TEST_P(ConformanceTest, ConcurrentBatchesFromManyThreads) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 12;
+  constexpr int kSlices = 8;
+  constexpr size_t kSlice = 24 * kKiB + 13;
+  constexpr size_t kStripe = kSlices * kSlice;
+  Region* remote = Register(target_, kThreads * kStripe);
+  Region* local = Register(initiator_, 2 * kThreads * kStripe);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      uint8_t* src = local->data + 2 * t * kStripe;
+      uint8_t* back = src + kStripe;
+      for (int round = 0; round < kRounds; ++round) {
+        Fill(src, kStripe, t * 1000 + round);
+        SliceBatch write(initiator_->ctx.get());
+        SliceBatch read(initiator_->ctx.get());
+        for (int i = 0; i < kSlices; ++i) {
+          write.Add(Make(OpCode::kWrite, src + i * kSlice, target_, remote,
+                         t * kStripe + i * kSlice, kSlice));
+          read.Add(Make(OpCode::kRead, back + i * kSlice, target_, remote, t * kStripe + i * kSlice,
+                        kSlice));
+        }
+        if (!Run(*link, write) || !AllOk(write) || !Run(*link, read) || !AllOk(read) ||
+            std::memcmp(src, back, kStripe) != 0) {
+          failures.fetch_add(1);
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(0, failures.load());
+  EXPECT_EQ(0u, initiator_->ctx->duplicate_completions());
+}
+
+TEST_P(ConformanceTest, NoByteLandsAfterUnregisterDuringTraffic) {
+  Region* remote = Register(target_, kMiB);
+  Region* local = Register(initiator_, kMiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  Fill(local->data, local->length, 77);
+  std::atomic<bool> stop{false};
+  std::atomic<int> hung{0};
+  std::atomic<int> ok_after_unregister{0};
+  std::atomic<bool> unregistered{false};
+  std::thread writer([&] {
+    while (!stop.load()) {
+      SliceBatch batch(initiator_->ctx.get());
+      for (size_t off = 0; off < kMiB; off += 128 * kKiB) {
+        batch.Add(Make(OpCode::kWrite, local->data + off, target_, remote, off, 128 * kKiB));
+      }
+      const bool after = unregistered.load();
+      if (!Run(*link, batch)) {
+        hung.fetch_add(1);
+        return;
+      }
+      if (after && AllOk(batch)) ok_after_unregister.fetch_add(1);
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(target_->ctx->CloseRegion(remote->data));
+  ASSERT_TRUE(target_->ctx->WaitNoPins(10s)) << "pins did not drain";
+  ASSERT_TRUE(target_->transport->UnregisterMemory(Addr(remote->data), remote->length).ok());
+  unregistered.store(true);
+  std::memset(remote->data, 0x5C, remote->length);  // nothing may change this any more
+  std::this_thread::sleep_for(150ms);
+  stop.store(true);
+  writer.join();
+  EXPECT_EQ(0, hung.load()) << "a batch did not complete within the bound";
+  EXPECT_EQ(0, ok_after_unregister.load()) << "a write was reported done after unregister";
+  for (size_t i = 0; i < remote->length; ++i) {
+    ASSERT_EQ(0x5C, remote->data[i]) << "a byte landed after unregister, at " << i;
+  }
+}
+
+TEST_P(ConformanceTest, ManyPeers) {
+  constexpr int kPeers = 6;
+  constexpr size_t kSize = 200 * kKiB + 7;
+  Region* local = Register(initiator_, 2 * kPeers * kSize);
+  ASSERT_TRUE(local);
+  std::vector<Side*> peers;
+  std::vector<Region*> remotes;
+  std::vector<std::shared_ptr<PeerLink>> links;
+  for (int i = 0; i < kPeers; ++i) {
+    peers.push_back(StartSide("peer" + std::to_string(i), 0x5000 + i));
+    remotes.push_back(Register(peers.back(), kSize));
+    ASSERT_TRUE(remotes.back());
+    links.push_back(Connect(peers.back()));
+    ASSERT_TRUE(links.back());
+  }
+  std::vector<std::unique_ptr<SliceBatch>> writes;
+  for (int i = 0; i < kPeers; ++i) {
+    Fill(local->data + i * kSize, kSize, 300 + i);
+    writes.push_back(std::make_unique<SliceBatch>(initiator_->ctx.get()));
+    writes.back()->Add(
+        Make(OpCode::kWrite, local->data + i * kSize, peers[i], remotes[i], 0, kSize));
+    ASSERT_TRUE(initiator_->transport->Submit(*links[i], writes.back()->ptrs).ok());
+  }
+  for (int i = 0; i < kPeers; ++i) {
+    ASSERT_TRUE(initiator_->ctx->WaitAll(writes[i]->ptrs, kWait));
+    ASSERT_TRUE(AllOk(*writes[i]));
+    EXPECT_EQ(0, std::memcmp(remotes[i]->data, local->data + i * kSize, kSize)) << "peer " << i;
+  }
+  for (int i = 0; i < kPeers; ++i) {
+    uint8_t* back = local->data + (kPeers + i) * kSize;
+    SliceBatch read(initiator_->ctx.get());
+    read.Add(Make(OpCode::kRead, back, peers[i], remotes[i], 0, kSize));
+    ASSERT_TRUE(Run(*links[i], read));
+    ASSERT_TRUE(AllOk(read));
+    EXPECT_EQ(0, std::memcmp(back, local->data + i * kSize, kSize)) << "peer " << i;
+  }
+}
+
+TEST_P(ConformanceTest, StoppedPeerFailsWithinTheBound) {
+  Region* remote = Register(target_, 256 * kKiB);
+  Region* local = Register(initiator_, 256 * kKiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  {
+    SliceBatch warm(initiator_->ctx.get());
+    warm.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 4096));
+    ASSERT_TRUE(Run(*link, warm));
+    ASSERT_TRUE(AllOk(warm));
+  }
+  target_->transport->Stop();
+  const auto start = std::chrono::steady_clock::now();
+  SliceBatch batch(initiator_->ctx.get());
+  Slice* s = batch.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 64 * kKiB));
+  const Status submitted = initiator_->transport->Submit(*link, batch.ptrs);
+  if (submitted.ok()) {
+    ASSERT_TRUE(initiator_->ctx->WaitAll(batch.ptrs, kWait)) << "no completion within the bound";
+    EXPECT_FALSE(initiator_->ctx->StatusOf(s).ok()) << "a write to a stopped peer succeeded";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 25s);
+}
+
+TEST_P(ConformanceTest, StopCompletesEverySliceExactlyOnce) {
+  Region* remote = Register(target_, 4 * kMiB);
+  Region* local = Register(initiator_, 4 * kMiB);
+  ASSERT_TRUE(remote && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+  SliceBatch batch(initiator_->ctx.get());
+  for (size_t off = 0; off < 4 * kMiB; off += 32 * kKiB) {
+    batch.Add(Make(OpCode::kWrite, local->data + off, target_, remote, off, 32 * kKiB));
+  }
+  const Status submitted = initiator_->transport->Submit(*link, batch.ptrs);
+  ASSERT_TRUE(submitted.ok() || submitted.code() == StatusCode::kAgain) << submitted;
+  initiator_->transport->Stop();
+  if (submitted.ok()) {
+    EXPECT_TRUE(initiator_->ctx->WaitAll(batch.ptrs, kWait));
+  }
+  EXPECT_EQ(0u, initiator_->ctx->duplicate_completions());
+  initiator_->transport->Stop();  // idempotent
+}
+
+std::string ParamName(const ::testing::TestParamInfo<Target>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest, ::testing::ValuesIn(Targets()), ParamName);
+
+}  // namespace
+}  // namespace ferry::conformance

@@ -1,0 +1,146 @@
+#include "transport/conformance/test_context.h"
+
+#include <utility>
+
+namespace ferry::transport_testing {
+
+void TestContext::AddRegion(const void* addr, uint64_t length, uint64_t generation,
+                            bool remote_accessible, std::string transport) {
+  MutexLock lock(mu_);
+  regions_.push_back(Region{reinterpret_cast<uint64_t>(addr), length, generation,  // NOLINT
+                            remote_accessible, std::move(transport), false});
+}
+
+bool TestContext::CloseRegion(const void* addr) {
+  MutexLock lock(mu_);
+  for (Region& r : regions_) {
+    if (r.addr == reinterpret_cast<uint64_t>(addr)) {  // NOLINT
+      r.closing = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+void TestContext::AddPeer(const std::string& segment, Transport* peer) {
+  MutexLock lock(mu_);
+  peers_[segment] = peer;
+}
+
+Result<AccessPin> TestContext::PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
+                                               uint64_t generation, std::string_view transport) {
+  MutexLock lock(mu_);
+  ++pin_calls_;
+  if (incarnation != incarnation_) return StaleError("incarnation mismatch");
+  const Region* region = nullptr;
+  for (const Region& r : regions_) {
+    if (addr >= r.addr && addr < r.addr + r.length) region = &r;
+  }
+  if (region == nullptr) return NotFoundError("no region at address");
+  if (length > region->addr + region->length - addr) {
+    return InvalidArgumentError("range leaves the region");
+  }
+  if (generation != region->generation) return StaleError("generation mismatch");
+  if (region->closing) return StaleError("region is closing");
+  if (!region->remote_accessible) return PermissionDeniedError("not remote-accessible");
+  if (transport != region->transport) {
+    return PermissionDeniedError("not registered for " + std::string(transport));
+  }
+  ++active_pins_;
+  return AccessPin(&TestContext::ReleasePin, this, nullptr);
+}
+
+void TestContext::ReleasePin(void* owner, void* /*token*/) {
+  auto* self = static_cast<TestContext*>(owner);
+  MutexLock lock(self->mu_);
+  --self->active_pins_;
+  self->cv_.NotifyAll();
+}
+
+void TestContext::CompleteSlice(Slice* slice, const Status& status) {
+  MutexLock lock(mu_);
+  ++completions_;
+  if (!done_.emplace(slice, status).second) ++duplicates_;
+  if (waiters_ > 0) cv_.NotifyAll();
+}
+
+Result<std::string> TestContext::Exchange(const SegmentDesc& peer, std::string_view transport,
+                                          std::string_view payload,
+                                          std::chrono::milliseconds /*timeout*/) {
+  Transport* target = nullptr;
+  {
+    MutexLock lock(mu_);
+    auto it = peers_.find(peer.name);
+    if (it != peers_.end()) target = it->second;
+  }
+  if (target == nullptr) return UnavailableError("no test peer '" + peer.name + "'");
+  if (target->name() != transport) {
+    return NotFoundError("test peer '" + peer.name + "' runs no '" + std::string(transport) + "'");
+  }
+  return target->OnExchange(payload);
+}
+
+bool TestContext::WaitAll(const std::vector<Slice*>& slices, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  ++waiters_;
+  bool all = true;
+  for (Slice* slice : slices) {
+    while (done_.count(slice) == 0) {
+      if (!cv_.WaitUntil(mu_, deadline) && std::chrono::steady_clock::now() >= deadline) {
+        break;
+      }
+    }
+    if (done_.count(slice) == 0) {
+      all = false;
+      break;
+    }
+  }
+  --waiters_;
+  return all;
+}
+
+Status TestContext::StatusOf(Slice* slice) {
+  MutexLock lock(mu_);
+  auto it = done_.find(slice);
+  return it == done_.end() ? InternalError("not completed") : it->second;
+}
+
+void TestContext::Forget(const std::vector<Slice*>& slices) {
+  MutexLock lock(mu_);
+  for (Slice* slice : slices) done_.erase(slice);
+}
+
+bool TestContext::WaitNoPins(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  while (active_pins_ != 0) {
+    if (!cv_.WaitUntil(mu_, deadline) && std::chrono::steady_clock::now() >= deadline) break;
+  }
+  return active_pins_ == 0;
+}
+
+int TestContext::active_pins() {
+  MutexLock lock(mu_);
+  return active_pins_;
+}
+uint64_t TestContext::pin_calls() {
+  MutexLock lock(mu_);
+  return pin_calls_;
+}
+uint64_t TestContext::completions() {
+  MutexLock lock(mu_);
+  return completions_;
+}
+uint64_t TestContext::duplicate_completions() {
+  MutexLock lock(mu_);
+  return duplicates_;
+}
+
+Slice* SliceBatch::Add(const Slice& slice) {
+  owned.push_back(std::make_unique<Slice>(slice));
+  ptrs.push_back(owned.back().get());
+  return owned.back().get();
+}
+
+}  // namespace ferry::transport_testing

@@ -1,0 +1,96 @@
+// Test support for transport tests: a TransportContext over a table of "registered" ranges,
+// standing in for the engine, plus a batch of slices. Not part of the library.
+//
+// Thread contract: TestContext is thread-safe (transports call it from their own threads).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/mutex.h"
+#include "transport/transport.h"
+
+namespace ferry::transport_testing {
+
+// What the engine's registry would answer, kept in a table; counts pins and completions.
+class TestContext final : public TransportContext {
+ public:
+  explicit TestContext(uint64_t incarnation) : incarnation_(incarnation) {}
+
+  // A registered range. `transport` is the transport it is registered for.
+  void AddRegion(const void* addr, uint64_t length, uint64_t generation,
+                 bool remote_accessible = true, std::string transport = "tcp");
+  // Marks the region at `addr` closing (new pins get Stale), as the registry's unregister
+  // step 1 does; false when there is none.
+  bool CloseRegion(const void* addr);
+  // Exchange() to a SegmentDesc named `segment` is answered by `peer`'s OnExchange.
+  void AddPeer(const std::string& segment, Transport* peer);
+
+  // The contract of TransportContext::PinRemoteAccess, checked in its order.
+  Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
+                                    uint64_t generation, std::string_view transport) override;
+  void CompleteSlice(Slice* slice, const Status& status) override;
+  Result<std::string> Exchange(const SegmentDesc& peer, std::string_view transport,
+                               std::string_view payload,
+                               std::chrono::milliseconds timeout) override;
+  uint64_t incarnation() const override { return incarnation_; }
+
+  // Waits until every slice in `slices` completed; false on timeout. Any number of waiters.
+  bool WaitAll(const std::vector<Slice*>& slices, std::chrono::milliseconds timeout);
+  // The completion status of `slice` (InternalError "not completed" when none yet).
+  Status StatusOf(Slice* slice);
+  // Drops the record of `slices` (their memory is about to be reused).
+  void Forget(const std::vector<Slice*>& slices);
+  // Waits until no pin is held; false on timeout.
+  bool WaitNoPins(std::chrono::milliseconds timeout);
+
+  int active_pins();
+  uint64_t pin_calls();
+  uint64_t completions();
+  uint64_t duplicate_completions();
+
+ private:
+  struct Region {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint64_t generation = 0;
+    bool remote_accessible = true;
+    std::string transport;
+    bool closing = false;
+  };
+  static void ReleasePin(void* owner, void* token);
+
+  const uint64_t incarnation_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<Region> regions_ GUARDED_BY(mu_);
+  std::map<std::string, Transport*> peers_ GUARDED_BY(mu_);
+  std::map<Slice*, Status> done_ GUARDED_BY(mu_);
+  int waiters_ GUARDED_BY(mu_) = 0;  // threads in WaitAll
+  int active_pins_ GUARDED_BY(mu_) = 0;
+  uint64_t pin_calls_ GUARDED_BY(mu_) = 0;
+  uint64_t completions_ GUARDED_BY(mu_) = 0;
+  uint64_t duplicates_ GUARDED_BY(mu_) = 0;
+};
+
+// Owns a batch of slices and their pointers; forgets them in `ctx` when destroyed, so a later
+// batch that reuses the memory is not taken as already complete.
+struct SliceBatch {
+  explicit SliceBatch(TestContext* context) : ctx(context) {}
+  ~SliceBatch() { ctx->Forget(ptrs); }
+  SliceBatch(SliceBatch&&) = default;
+  SliceBatch(const SliceBatch&) = delete;
+  SliceBatch& operator=(const SliceBatch&) = delete;
+  Slice* Add(const Slice& slice);
+
+  TestContext* ctx;
+  std::vector<std::unique_ptr<Slice>> owned;
+  std::vector<Slice*> ptrs;
+};
+
+}  // namespace ferry::transport_testing
