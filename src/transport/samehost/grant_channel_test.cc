@@ -1,0 +1,514 @@
+// The grant channel over real Unix sockets: pins held and released, a closed connection's pins
+// dropped, bad frames, FetchFd round trips, bounded timeouts and a prompt stop.
+#include "transport/samehost/grant_channel.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/conformance/test_context.h"
+#include "transport/samehost/grant_wire.h"
+
+namespace ferry::samehost {
+namespace {
+
+using std::chrono::milliseconds;
+using transport_testing::TestContext;
+
+constexpr uint64_t kIncarnation = 77;
+constexpr milliseconds kTimeout{2000};
+
+uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// Polls `pred` every millisecond until true or `timeout`.
+template <typename Pred>
+bool Eventually(Pred pred, milliseconds timeout = kTimeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
+
+class GrantChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ =
+        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry-grant-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    ctx_.AddRegion(region_.data(), region_.size(), /*generation=*/3, true, "shm");
+  }
+  void TearDown() override {
+    server_.reset();
+    ::rmdir(dir_.c_str());
+  }
+
+  void StartServer(GrantServer::Options options = {}) {
+    options.transport = "shm";
+    options.dir = dir_;
+    Result<std::unique_ptr<GrantServer>> server = GrantServer::Start(&ctx_, std::move(options));
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+  }
+
+  std::unique_ptr<GrantConnection> Connect() {
+    Result<std::unique_ptr<GrantConnection>> conn =
+        GrantConnection::Connect(server_->path(), kTimeout);
+    EXPECT_TRUE(conn.ok()) << conn.status();
+    return conn.ok() ? std::move(conn).value() : nullptr;
+  }
+
+  RangeRequest Range(size_t offset, size_t length, uint64_t generation = 3) {
+    return RangeRequest{Addr(region_.data() + offset), length, kIncarnation, generation};
+  }
+
+  // A raw client socket to the server, for frames the real client never sends.
+  int RawConnect() {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, server_->path().c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{2, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+  }
+
+  std::string dir_;
+  std::vector<uint8_t> region_ = std::vector<uint8_t>(4096);
+  TestContext ctx_{kIncarnation};
+  std::unique_ptr<GrantServer> server_;
+};
+
+TEST_F(GrantChannelTest, ServesAPrivateSocketUnderTheDirectoryAndRemovesIt) {
+  StartServer();
+  const std::string path = server_->path();
+  EXPECT_EQ(path.rfind(dir_ + "/ferry-shm-" + std::to_string(::getpid()) + "-", 0), 0u) << path;
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  server_.reset();
+  EXPECT_NE(::stat(path.c_str(), &st), 0);
+}
+
+// A bound socket file with no listener, as a process killed mid-run leaves it; `age` seconds
+// old.
+void MakeDeadSocket(const std::string& path, int age) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::close(fd);
+  const timespec then{::time(nullptr) - age, 0};
+  const timespec times[2] = {then, then};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+TEST_F(GrantChannelTest, StartRemovesOnlyDeadSocketsOfItsTransport) {
+  GrantServer::Options live_options;
+  live_options.transport = "shm";
+  live_options.dir = dir_;
+  Result<std::unique_ptr<GrantServer>> live = GrantServer::Start(&ctx_, live_options);
+  ASSERT_TRUE(live.ok());
+  const timespec old{::time(nullptr) - 3600, 0};
+  const timespec times[2] = {old, old};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (*live)->path().c_str(), times, AT_SYMLINK_NOFOLLOW), 0);
+  const std::string dead = dir_ + "/ferry-shm-999999-00.sock";
+  const std::string young = dir_ + "/ferry-shm-999999-01.sock";  // maybe between bind and listen
+  const std::string other = dir_ + "/ferry-cxl-999999-02.sock";
+  const std::string foreign = dir_ + "/unrelated.sock";
+  MakeDeadSocket(dead, 3600);
+  MakeDeadSocket(young, 0);
+  MakeDeadSocket(other, 3600);
+  MakeDeadSocket(foreign, 3600);
+  StartServer();
+  struct stat st {};
+  EXPECT_NE(::stat(dead.c_str(), &st), 0) << "a dead socket file was left";
+  for (const std::string& kept : {young, other, foreign, (*live)->path()}) {
+    EXPECT_EQ(::stat(kept.c_str(), &st), 0) << kept << " was removed";
+  }
+  auto conn = GrantConnection::Connect((*live)->path(), kTimeout);
+  EXPECT_TRUE(conn.ok()) << "the live server lost its socket";
+  for (const std::string& p : {young, other, foreign}) ::unlink(p.c_str());
+}
+
+TEST_F(GrantChannelTest, RejectsBadOptions) {
+  GrantServer::Options options;
+  options.transport = "shm";
+  options.dir = dir_ + "/missing";
+  EXPECT_EQ(GrantServer::Start(&ctx_, options).status().code(), StatusCode::kInvalidArgument);
+  options.dir = dir_;
+  options.max_ranges_per_acquire = 0;
+  EXPECT_EQ(GrantServer::Start(&ctx_, options).status().code(), StatusCode::kInvalidArgument);
+  options.max_ranges_per_acquire = 4096;
+  options.transport.clear();
+  EXPECT_EQ(GrantServer::Start(&ctx_, options).status().code(), StatusCode::kInvalidArgument);
+  options.transport = "shm";
+  options.dir = dir_ + "/" + std::string(120, 'x');
+  EXPECT_EQ(GrantServer::Start(&ctx_, options).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GrantServer::Start(nullptr, options).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(GrantChannelTest, AcquirePinsEachRangeAndReleaseLetsThemGo) {
+  StartServer();
+  auto conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  uint8_t elsewhere[16];
+  const std::vector<RangeRequest> ranges = {
+      Range(0, 1024),
+      Range(1024, 3072),
+      Range(0, 64, /*generation=*/2),                         // stale generation
+      Range(4000, 200),                                       // leaves the region
+      {Addr(elsewhere), sizeof(elsewhere), kIncarnation, 3},  // nothing registered there
+      {Addr(region_.data()), 64, kIncarnation + 1, 3},        // another incarnation
+  };
+  std::vector<Status> results;
+  ASSERT_TRUE(conn->Acquire(ranges, &results, kTimeout).ok());
+  ASSERT_EQ(results.size(), ranges.size());
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_EQ(results[2].code(), StatusCode::kStale);
+  EXPECT_EQ(results[2].message(), "generation mismatch");
+  EXPECT_EQ(results[3].code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(results[4].code(), StatusCode::kNotFound);
+  EXPECT_EQ(results[5].code(), StatusCode::kStale);
+  EXPECT_EQ(server_->held_pins(), 2);
+  EXPECT_EQ(ctx_.active_pins(), 2);
+
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 0; }));
+  EXPECT_FALSE(conn->broken());
+
+  // The connection serves the next batch after a release.
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kTimeout).ok());
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_EQ(ctx_.active_pins(), 1);
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+}
+
+TEST_F(GrantChannelTest, AClosingRegionIsRefusedAndPinsHeldKeepItFromDraining) {
+  StartServer();
+  auto conn = Connect();
+  std::vector<Status> results;
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 64)}, &results, kTimeout).ok());
+  ASSERT_TRUE(results[0].ok());
+  ASSERT_TRUE(ctx_.CloseRegion(region_.data()));
+  EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(50)));  // still held by the connection
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(64, 64)}, &results, kTimeout).ok());
+  EXPECT_EQ(results[0].code(), StatusCode::kStale);
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+}
+
+TEST_F(GrantChannelTest, AClosedConnectionReleasesItsPins) {
+  StartServer();
+  auto a = Connect();
+  auto b = Connect();
+  std::vector<Status> results;
+  ASSERT_TRUE(
+      a->Acquire(std::vector<RangeRequest>{Range(0, 64), Range(64, 64)}, &results, kTimeout).ok());
+  ASSERT_TRUE(b->Acquire(std::vector<RangeRequest>{Range(128, 64)}, &results, kTimeout).ok());
+  EXPECT_EQ(ctx_.active_pins(), 3);
+  a.reset();  // no Release: the server drops a's pins when it sees the close
+  EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 1; }));
+  EXPECT_EQ(ctx_.active_pins(), 1);
+  b.reset();
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 0; }));
+}
+
+TEST_F(GrantChannelTest, RangeCountsAreBounded) {
+  GrantServer::Options options;
+  options.max_ranges_per_acquire = 4;
+  StartServer(options);
+  auto conn = Connect();
+  std::vector<Status> results;
+  EXPECT_EQ(conn->Acquire({}, &results, kTimeout).code(), StatusCode::kInvalidArgument);
+  std::vector<RangeRequest> too_many(wire::kMaxRanges + 1, Range(0, 8));
+  EXPECT_EQ(conn->Acquire(too_many, &results, kTimeout).code(), StatusCode::kInvalidArgument);
+  too_many.resize(5);
+  Status over = conn->Acquire(too_many, &results, kTimeout);
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.message().find("limit of 4"), std::string::npos) << over;
+  EXPECT_TRUE(results.empty());
+  EXPECT_FALSE(conn->broken());
+  EXPECT_EQ(ctx_.active_pins(), 0);
+  too_many.resize(4);
+  ASSERT_TRUE(conn->Acquire(too_many, &results, kTimeout).ok());
+  EXPECT_EQ(ctx_.active_pins(), 4);
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+}
+
+// Sends `bytes` on a raw connection and expects the server to close it and count a bad frame.
+void ExpectClosedAsBadFrame(GrantChannelTest* t, int fd, const std::string& bytes,
+                            GrantServer* server, uint64_t bad_before) {
+  (void)t;
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the server should close the connection";
+  EXPECT_EQ(server->bad_frames(), bad_before + 1);
+  ::close(fd);
+}
+
+TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
+  StartServer();
+  std::string frame;
+  // A valid acquire first, so the bad frame has pins to drop.
+  wire::PutHeader(&frame, wire::FrameType::kAcquire, 4 + 32);
+  wire::PutU32(&frame, 1);
+  wire::PutU64(&frame, Addr(region_.data()));
+  wire::PutU64(&frame, 64);
+  wire::PutU64(&frame, kIncarnation);
+  wire::PutU64(&frame, 3);
+  int fd = RawConnect();
+  ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(frame.size()));
+  char reply[64];
+  ASSERT_GT(::recv(fd, reply, sizeof(reply), 0), 0);
+  EXPECT_EQ(ctx_.active_pins(), 1);
+  std::string bad;
+  wire::PutHeader(&bad, wire::FrameType::kAcquire, 0);
+  bad[5] = 9;  // version
+  ExpectClosedAsBadFrame(this, fd, bad, server_.get(), 0);
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+
+  std::vector<std::string> bad_frames;
+  std::string oversized;
+  wire::PutHeader(&oversized, wire::FrameType::kAcquire, wire::kMaxFramePayload + 1);
+  bad_frames.push_back(oversized);
+  std::string unknown;
+  wire::PutHeader(&unknown, wire::FrameType::kAcquire, 0);
+  unknown[4] = 42;
+  bad_frames.push_back(unknown);
+  std::string miscounted;  // says two ranges, carries one
+  wire::PutHeader(&miscounted, wire::FrameType::kAcquire, 4 + 32);
+  wire::PutU32(&miscounted, 2);
+  miscounted.append(32, '\0');
+  bad_frames.push_back(miscounted);
+  std::string reply_to_server;
+  wire::PutHeader(&reply_to_server, wire::FrameType::kAcquireReply, 0);
+  bad_frames.push_back(reply_to_server);
+  std::string release_with_payload;
+  wire::PutHeader(&release_with_payload, wire::FrameType::kRelease, 1);
+  release_with_payload.push_back('x');
+  bad_frames.push_back(release_with_payload);
+  uint64_t before = server_->bad_frames();
+  for (const std::string& b : bad_frames) {
+    ExpectClosedAsBadFrame(this, RawConnect(), b, server_.get(), before);
+    before = server_->bad_frames();
+  }
+  // The server still serves well-formed clients.
+  auto conn = Connect();
+  std::vector<Status> results;
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  EXPECT_TRUE(results[0].ok());
+}
+
+TEST_F(GrantChannelTest, FetchFdHandsOverTheBufferFile) {
+  const int memfd = ::memfd_create("grant-test", MFD_CLOEXEC);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(::ftruncate(memfd, 4096), 0);
+  GrantServer::Options options;
+  options.fds = [memfd](uint64_t id) -> Result<int> {
+    if (id == 5) return memfd;
+    return NotFoundError("no buffer " + std::to_string(id));
+  };
+  StartServer(options);
+  auto conn = Connect();
+  Result<int> fd = conn->FetchFd(5, kTimeout);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_NE(*fd, memfd);
+  struct stat a {
+  }, b{};
+  ASSERT_EQ(::fstat(memfd, &a), 0);
+  ASSERT_EQ(::fstat(*fd, &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(b.st_size, 4096);
+  void* map = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  std::memcpy(map, "hello", 5);
+  char back[5];
+  ASSERT_EQ(::pread(memfd, back, 5, 0), 5);
+  EXPECT_EQ(std::string(back, 5), "hello");
+  ::munmap(map, 4096);
+  ::close(*fd);
+
+  Result<int> missing = conn->FetchFd(6, kTimeout);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "no buffer 6");
+  EXPECT_FALSE(conn->broken());
+  // Acquire still works on the same connection afterwards.
+  std::vector<Status> results;
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  EXPECT_TRUE(results[0].ok());
+  conn.reset();
+  server_.reset();
+  ::close(memfd);
+}
+
+TEST_F(GrantChannelTest, FetchFdWithoutALookupIsNotFound) {
+  StartServer();
+  auto conn = Connect();
+  EXPECT_EQ(conn->FetchFd(1, kTimeout).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(GrantChannelTest, ASilentServerTimesOutWithinTheBoundAndBreaksTheConnection) {
+  // A listener that accepts (through the backlog) and never answers.
+  const std::string path = dir_ + "/silent.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  Result<std::unique_ptr<GrantConnection>> conn = GrantConnection::Connect(path, kTimeout);
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  std::vector<Status> results;
+  const auto start = std::chrono::steady_clock::now();
+  Status s = (*conn)->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, milliseconds(100));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(s.code(), StatusCode::kTimeout) << s;
+  EXPECT_GE(took, milliseconds(90));
+  EXPECT_LT(took, milliseconds(1000));
+  EXPECT_TRUE((*conn)->broken());
+  EXPECT_EQ((*conn)->Release().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*conn)->FetchFd(1, kTimeout).status().code(), StatusCode::kUnavailable);
+  ::close(listener);
+  ::unlink(path.c_str());
+}
+
+TEST_F(GrantChannelTest, ConnectToNothingIsUnavailable) {
+  Result<std::unique_ptr<GrantConnection>> conn =
+      GrantConnection::Connect(dir_ + "/nobody.sock", kTimeout);
+  EXPECT_EQ(conn.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(GrantConnection::Connect("", kTimeout).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(GrantChannelTest, StopRefusesNewGrantsAndWaitsForHeldPinsToBeReleased) {
+  StartServer();  // drain_timeout: 5 s
+  auto holder = Connect();
+  auto other = Connect();
+  std::vector<Status> results;
+  ASSERT_TRUE(holder->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  std::unique_ptr<GrantServer> server = std::move(server_);
+  std::thread stopper([&server] { server.reset(); });
+  // Once the server is draining, a new Acquire is refused as a whole; the connection stays.
+  Status refused;
+  ASSERT_TRUE(Eventually([&] {
+    refused = other->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kTimeout);
+    if (refused.ok()) (void)other->Release();
+    return refused.code() == StatusCode::kUnavailable;
+  }));
+  EXPECT_NE(refused.message().find("is stopping"), std::string::npos) << refused;
+  EXPECT_FALSE(other->broken());
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(ctx_.active_pins(), 1) << "the holder may be copying: its pin must stay";
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(holder->Release().ok());
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
+  EXPECT_EQ(ctx_.active_pins(), 0);
+}
+
+TEST_F(GrantChannelTest, StoppingIsBoundedAndDropsEveryPin) {
+  GrantServer::Options options;
+  options.drain_timeout = milliseconds(100);
+  StartServer(options);
+  std::vector<std::unique_ptr<GrantConnection>> conns;
+  for (int i = 0; i < 4; ++i) {
+    conns.push_back(Connect());
+    std::vector<Status> results;
+    ASSERT_TRUE(conns.back()
+                    ->Acquire(std::vector<RangeRequest>{Range(static_cast<size_t>(i) * 8, 8)},
+                              &results, kTimeout)
+                    .ok());
+  }
+  EXPECT_EQ(ctx_.active_pins(), 4);
+  const auto start = std::chrono::steady_clock::now();
+  server_.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
+  EXPECT_EQ(ctx_.active_pins(), 0);
+  std::vector<Status> results;
+  EXPECT_EQ(conns[0]->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).code(),
+            StatusCode::kUnavailable);
+  EXPECT_TRUE(conns[0]->broken());
+}
+
+TEST_F(GrantChannelTest, ManyConnectionsAcquireAndReleaseConcurrently) {
+  StartServer();
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      auto conn = GrantConnection::Connect(server_->path(), kTimeout);
+      if (!conn.ok()) {
+        ++failures;
+        return;
+      }
+      for (int i = 0; i < 200; ++i) {
+        std::vector<RangeRequest> ranges;
+        for (int r = 0; r < 8; ++r) ranges.push_back(Range(static_cast<size_t>(t * 512 + r), 8));
+        std::vector<Status> results;
+        if (!(*conn)->Acquire(ranges, &results, kTimeout).ok() || results.size() != 8 ||
+            !results[7].ok() || !(*conn)->Release().ok()) {
+          ++failures;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_EQ(ctx_.pin_calls(), 4u * 200 * 8);
+}
+
+// Not a gate: prints what a grant costs on the data path (one Acquire round trip and a one-way
+// Release per batch), and checks that every pin came back.
+TEST_F(GrantChannelTest, AcquireReleaseCost) {
+  StartServer();
+  auto conn = Connect();
+  for (size_t ranges : {size_t{1}, size_t{64}, size_t{1024}}) {
+    std::vector<RangeRequest> batch(ranges, Range(0, 8));
+    std::vector<Status> results;
+    constexpr int kRounds = 1000;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRounds; ++i) {
+      ASSERT_TRUE(conn->Acquire(batch, &results, kTimeout).ok());
+      ASSERT_TRUE(results.back().ok());
+      ASSERT_TRUE(conn->Release().ok());
+    }
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        kRounds;
+    std::cout << "[ info ] grant Acquire+Release of " << ranges << " ranges: " << us << " us"
+              << std::endl;
+  }
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+}
+
+}  // namespace
+}  // namespace ferry::samehost

@@ -1,0 +1,158 @@
+// GrantConnection: the initiator side of the grant channel (grant_channel.h, grant_wire.h).
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/log.h"
+#include "transport/samehost/grant_channel.h"
+#include "transport/samehost/grant_wire.h"
+
+namespace ferry::samehost {
+namespace {
+
+using wire::FrameType;
+
+// Thread contract: one caller at a time (see GrantConnection).
+class UnixGrantConnection final : public GrantConnection {
+ public:
+  UnixGrantConnection(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {
+    request_.reserve(wire::kHeaderSize + 4 + 64 * wire::kRangeSize);
+  }
+
+  Status Acquire(std::span<const RangeRequest> ranges, std::vector<Status>* results,
+                 std::chrono::milliseconds timeout) override {
+    if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
+    if (ranges.empty() || ranges.size() > wire::kMaxRanges) {
+      return InvalidArgumentError("grant Acquire takes 1.." + std::to_string(wire::kMaxRanges) +
+                                  " ranges, not " + std::to_string(ranges.size()));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    request_.clear();
+    const auto payload = static_cast<uint32_t>(4 + ranges.size() * wire::kRangeSize);
+    wire::PutHeader(&request_, FrameType::kAcquire, payload);
+    wire::PutU32(&request_, static_cast<uint32_t>(ranges.size()));
+    for (const RangeRequest& r : ranges) {
+      wire::PutU64(&request_, r.addr);
+      wire::PutU64(&request_, r.length);
+      wire::PutU64(&request_, r.incarnation);
+      wire::PutU64(&request_, r.generation);
+    }
+    RETURN_IF_ERROR(Check(wire::SendAll(fd_.get(), request_, deadline)));
+    wire::FrameHeader header;
+    RETURN_IF_ERROR(Check(wire::RecvFrame(fd_.get(), deadline, &header, &reply_, nullptr)));
+    return ParseAcquireReply(header, ranges.size(), results);
+  }
+
+  Status Release() override {
+    if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
+    std::string frame;
+    wire::PutHeader(&frame, FrameType::kRelease, 0);
+    // A release never waits on the target for long: the frame is 8 bytes.
+    return Check(wire::SendAll(fd_.get(), frame,
+                               std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  }
+
+  Result<int> FetchFd(uint64_t id, std::chrono::milliseconds timeout) override {
+    if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::string frame;
+    wire::PutHeader(&frame, FrameType::kFetchFd, 8);
+    wire::PutU64(&frame, id);
+    RETURN_IF_ERROR(Check(wire::SendAll(fd_.get(), frame, deadline)));
+    wire::FrameHeader header;
+    UniqueFd received;
+    RETURN_IF_ERROR(Check(wire::RecvFrame(fd_.get(), deadline, &header, &reply_, &received)));
+    wire::Reader reader(reply_);
+    Status answer;
+    if (header.type != FrameType::kFetchFdReply || !reader.GetStatus(&answer) ||
+        reader.remaining() != 0 || answer.ok() != received.valid()) {
+      return BadFrame("malformed FetchFd reply");
+    }
+    if (!answer.ok()) return answer;
+    return received.Release();
+  }
+
+  bool broken() const override { return broken_; }
+
+ private:
+  // Marks the connection broken when `s` failed; returns `s`, a bad frame as Unavailable.
+  Status Check(Status s) {
+    if (s.ok()) return s;
+    broken_ = true;
+    fd_.Reset();
+    if (s.code() == StatusCode::kInvalidArgument) {
+      return UnavailableError("grant channel " + path_ + ": " + s.message());
+    }
+    return s.WithContext("grant channel " + path_);
+  }
+
+  Status BadFrame(const std::string& what) { return Check(InvalidArgumentError(what)); }
+
+  Status ParseAcquireReply(const wire::FrameHeader& header, size_t count,
+                           std::vector<Status>* results) {
+    wire::Reader reader(reply_);
+    Status overall;
+    uint32_t n = 0;
+    if (header.type != FrameType::kAcquireReply || !reader.GetStatus(&overall) ||
+        !reader.GetU32(&n)) {
+      return BadFrame("malformed Acquire reply");
+    }
+    if (!overall.ok()) {
+      if (n != 0 || reader.remaining() != 0) return BadFrame("malformed Acquire reply");
+      return overall;
+    }
+    if (n != count) return BadFrame("Acquire reply answers the wrong number of ranges");
+    std::vector<Status> out(count);
+    for (Status& s : out) {
+      if (!reader.GetStatus(&s)) return BadFrame("malformed Acquire reply");
+    }
+    if (reader.remaining() != 0) return BadFrame("malformed Acquire reply");
+    *results = std::move(out);
+    return Status::Ok();
+  }
+
+  UniqueFd fd_;
+  const std::string path_;
+  bool broken_ = false;
+  std::string request_;
+  std::string reply_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GrantConnection>> GrantConnection::Connect(
+    const std::string& path, std::chrono::milliseconds timeout) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return InvalidArgumentError("grant socket path '" + path + "' is empty or too long");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return UnavailableError("grant socket: " + ErrnoText(errno));
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+      return std::unique_ptr<GrantConnection>(
+          std::make_unique<UnixGrantConnection>(std::move(fd), path));
+    }
+    const int err = errno;
+    // A full backlog answers EAGAIN on a non-blocking Unix socket: retry until the deadline.
+    if (err != EAGAIN && err != EINTR) {
+      if (err == EACCES || err == EPERM) {
+        return PermissionDeniedError("connect to grant socket " + path + ": " + ErrnoText(err));
+      }
+      return UnavailableError("connect to grant socket " + path + ": " + ErrnoText(err));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return TimeoutError("connect to grant socket " + path + ": backlog full until timeout");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace ferry::samehost

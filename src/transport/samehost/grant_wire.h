@@ -1,0 +1,127 @@
+// The grant channel's wire format and socket helpers (see grant_channel.h for the protocol's
+// purpose). Internal to transport/samehost.
+//
+// Every frame is an 8-byte header and a payload, little-endian:
+//   u32 payload_length | u8 type | u8 version (1) | u16 reserved (0)
+// Payloads:
+//   kAcquire        u32 count, count x {u64 addr, u64 length, u64 incarnation, u64 generation}
+//   kAcquireReply   status, u32 count, count x status    (status: u8 code, u16 n, n bytes text)
+//   kRelease        (empty; no reply)
+//   kFetchFd        u64 buffer id
+//   kFetchFdReply   status; exactly one fd rides along (SCM_RIGHTS) when the code is Ok
+// A payload longer than kMaxFramePayload, an unknown type or version, a non-zero reserved field,
+// a payload whose length disagrees with its content, or a status code outside StatusCode is a
+// bad frame: the receiver closes the connection.
+//
+// Thread contract: UniqueFd is thread-compatible; the functions are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry::samehost {
+
+// Owns one file descriptor; closes it on destruction. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) Reset(other.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  // Closes the fd owned, if any, and owns `fd` instead.
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+namespace wire {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeaderSize = 8;
+constexpr size_t kRangeSize = 32;
+// The most ranges one Acquire may carry, whatever a server allows.
+constexpr size_t kMaxRanges = 4096;
+// Status texts on the wire are cut to this many bytes.
+constexpr size_t kMaxStatusText = 255;
+// Hard limit on a payload: an Acquire reply of kMaxRanges statuses with full texts fits.
+constexpr uint32_t kMaxFramePayload = 2u << 20;
+
+enum class FrameType : uint8_t {
+  kAcquire = 1,
+  kAcquireReply = 2,
+  kRelease = 3,
+  kFetchFd = 4,
+  kFetchFdReply = 5,
+};
+
+struct FrameHeader {
+  FrameType type = FrameType::kAcquire;
+  uint32_t payload_length = 0;
+};
+
+// Appends little-endian integers / a status to `out`.
+void PutU16(std::string* out, uint16_t v);
+void PutU32(std::string* out, uint32_t v);
+void PutU64(std::string* out, uint64_t v);
+void PutStatus(std::string* out, const Status& status);
+
+// Appends a header for a payload of `payload_length` bytes.
+void PutHeader(std::string* out, FrameType type, uint32_t payload_length);
+// Parses a header; InvalidArgument (a bad frame) when it breaks the rules above.
+Result<FrameHeader> ParseHeader(const uint8_t* bytes);
+
+// Reads a payload front to back; every getter fails (returns false) past the end.
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  bool GetU32(uint32_t* v);
+  bool GetU64(uint64_t* v);
+  bool GetStatus(Status* status);
+  size_t remaining() const { return bytes_.size() - pos_; }
+
+ private:
+  bool Take(size_t n, const char** p);
+  std::string_view bytes_;
+  size_t pos_ = 0;
+};
+
+// Sends all of `bytes` on non-blocking `fd` (MSG_NOSIGNAL), waiting for room until `deadline`.
+// When `pass_fd` >= 0 it rides along the first bytes (SCM_RIGHTS). Timeout / Unavailable.
+Status SendAll(int fd, std::string_view bytes, Deadline deadline, int pass_fd = -1);
+
+// Receives exactly one frame from non-blocking `fd` into `header` / `payload`, waiting until
+// `deadline`. An fd passed along (SCM_RIGHTS) is stored in `received_fd` (when non-null) or
+// closed. Timeout; Unavailable (closed, I/O error); InvalidArgument (bad frame, or more bytes
+// than one frame: the peer sent what was not asked for).
+Status RecvFrame(int fd, Deadline deadline, FrameHeader* header, std::string* payload,
+                 UniqueFd* received_fd);
+
+// Waits until `fd` is ready for `events` or `deadline`: Ok, Timeout, or Unavailable.
+Status WaitReady(int fd, short events, Deadline deadline);
+
+}  // namespace wire
+}  // namespace ferry::samehost

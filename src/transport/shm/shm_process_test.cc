@@ -1,0 +1,371 @@
+// ShmTransport across two real processes: this test is the initiator, shm_test_peer (spawned)
+// is the target. CMA and the mapped path, the kernel refusing process_vm_writev (EPERM), no
+// byte landing after unregister, and throughput numbers against raw process_vm_writev/memcpy.
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_servers.h"
+#include "transport/conformance/test_context.h"
+#include "transport/shm/shm_test_pattern.h"
+#include "transport/shm/shm_transport.h"
+
+namespace ferry {
+namespace {
+
+using std::chrono::milliseconds;
+using transport_testing::SliceBatch;
+using transport_testing::TestContext;
+
+constexpr milliseconds kWait{15000};
+constexpr size_t kKiB = size_t{1} << 10;
+constexpr size_t kMiB = size_t{1} << 20;
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define FERRY_SHM_TEST_SANITIZED 1
+#endif
+#endif
+#ifdef FERRY_SHM_TEST_SANITIZED
+constexpr bool kSanitized = true;  // the throughput test moves less: the numbers mean little
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// Drops CAP_SYS_PTRACE from the calling thread's effective set while alive (threads started
+// meanwhile inherit the drop) and restores it after. Without it, root may attach to anything.
+class NoPtraceCapability {
+ public:
+  NoPtraceCapability() {
+    ok_ = ::syscall(SYS_capget, &header_, saved_) == 0;
+    if (!ok_) return;
+    __user_cap_data_struct dropped[2] = {saved_[0], saved_[1]};
+    dropped[0].effective &= ~(1u << CAP_SYS_PTRACE);
+    ok_ = ::syscall(SYS_capset, &header_, dropped) == 0;
+  }
+  ~NoPtraceCapability() {
+    if (ok_) (void)::syscall(SYS_capset, &header_, saved_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  __user_cap_header_struct header_{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved_[2]{};
+  bool ok_ = false;
+};
+
+// A target region in the peer process.
+struct PeerRegion {
+  uint64_t addr = 0;
+  std::string key;
+};
+
+class ShmProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<testing::TempDir> dir = testing::TempDir::Create("shm-process-test");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = std::make_unique<testing::TempDir>(std::move(dir).value());
+    Result<std::unique_ptr<testing::ChildProcess>> child = testing::ChildProcess::SpawnPiped(
+        {testing::BinDir() + "/shm_test_peer", dir_->path()}, dir_->path() + "/peer.log");
+    ASSERT_TRUE(child.ok()) << child.status();
+    child_ = std::move(child).value();
+    Result<std::string> ready = child_->ReadLine(kWait);
+    ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << child_->LogTail();
+    std::istringstream in(*ready);
+    std::string word;
+    in >> word >> peer_incarnation_ >> peer_published_;
+    ASSERT_EQ(word, "ready") << *ready;
+  }
+
+  void TearDown() override {
+    if (initiator_) initiator_->Stop();
+    if (child_) {
+      (void)child_->WriteLine("quit");
+      child_->Stop(milliseconds(2000));
+    }
+  }
+
+  void StartInitiator() {
+    ShmTransportOptions options;
+    options.socket_dir = dir_->path();
+    initiator_ = std::make_unique<ShmTransport>(options);
+    ASSERT_TRUE(initiator_->Start(&ctx_, {"initiator", ""}).ok());
+    SegmentDesc desc;
+    desc.name = "peer";
+    desc.incarnation = peer_incarnation_;
+    desc.transports["shm"] = peer_published_;
+    Result<std::shared_ptr<PeerLink>> link = initiator_->Connect(desc);
+    ASSERT_TRUE(link.ok()) << link.status();
+    link_ = *link;
+  }
+
+  std::string Command(const std::string& line) {
+    if (!child_->WriteLine(line).ok()) return "<stdin closed>";
+    Result<std::string> answer = child_->ReadLine(kWait);
+    return answer.ok() ? *answer : "<" + answer.status().ToString() + ">";
+  }
+
+  PeerRegion Alloc(size_t length, bool shared) {
+    std::istringstream in(
+        Command("alloc " + std::to_string(length) + (shared ? " shared" : " heap")));
+    std::string word;
+    PeerRegion region;
+    in >> word >> region.addr >> region.key;
+    EXPECT_EQ(word, "region") << in.str();
+    return region;
+  }
+
+  uint64_t PeerHash(uint64_t addr, size_t length) {
+    std::istringstream in(Command("hash " + std::to_string(addr) + " " + std::to_string(length)));
+    std::string word;
+    uint64_t hash = 0;
+    in >> word >> hash;
+    EXPECT_EQ(word, "hash") << in.str();
+    return hash;
+  }
+
+  Slice Make(OpCode op, const void* local, uint64_t remote, size_t length,
+             const PeerRegion& region) {
+    Slice s;
+    s.op = op;
+    s.local_addr = reinterpret_cast<uint64_t>(local);
+    s.remote_addr = remote;
+    s.length = length;
+    s.remote_generation = 1;
+    s.peer_incarnation = peer_incarnation_;
+    s.remote_key = region.key;
+    return s;
+  }
+
+  // Submits (retrying Again) and waits for every slice.
+  ::testing::AssertionResult Run(SliceBatch& batch) {
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    Status s = initiator_->Submit(*link_, batch.ptrs);
+    while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(1));
+      s = initiator_->Submit(*link_, batch.ptrs);
+    }
+    if (!s.ok()) return ::testing::AssertionFailure() << "Submit: " << s;
+    if (!ctx_.WaitAll(batch.ptrs, kWait)) return ::testing::AssertionFailure() << "no completion";
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult AllOk(SliceBatch& batch) {
+    for (Slice* s : batch.ptrs) {
+      const Status st = ctx_.StatusOf(s);
+      if (!st.ok()) return ::testing::AssertionFailure() << st;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // Writes a pattern into the peer's region in slices, checks its hash there, then reads a
+  // pattern the peer wrote and compares.
+  void WriteReadAcross(const PeerRegion& region, size_t length, size_t slices) {
+    std::vector<uint8_t> src(length), back(length, 0), expected(length);
+    shm_test::FillPattern(src.data(), length, 11);
+    const size_t each = length / slices;
+    SliceBatch write(&ctx_);
+    for (size_t i = 0; i < slices; ++i) {
+      const size_t n = i + 1 == slices ? length - i * each : each;
+      write.Add(Make(OpCode::kWrite, &src[i * each], region.addr + i * each, n, region));
+    }
+    ASSERT_TRUE(Run(write));
+    ASSERT_TRUE(AllOk(write));
+    EXPECT_EQ(PeerHash(region.addr, length), shm_test::Fnv1a(src.data(), length));
+
+    ASSERT_EQ(
+        Command("pattern " + std::to_string(region.addr) + " " + std::to_string(length) + " 23"),
+        "ok");
+    shm_test::FillPattern(expected.data(), length, 23);
+    SliceBatch read(&ctx_);
+    for (size_t i = 0; i < slices; ++i) {
+      const size_t n = i + 1 == slices ? length - i * each : each;
+      read.Add(Make(OpCode::kRead, &back[i * each], region.addr + i * each, n, region));
+    }
+    ASSERT_TRUE(Run(read));
+    ASSERT_TRUE(AllOk(read));
+    EXPECT_EQ(0, std::memcmp(back.data(), expected.data(), length));
+    EXPECT_EQ(Command("waitnopins 5000"), "ok");
+  }
+
+  std::unique_ptr<testing::TempDir> dir_;
+  std::unique_ptr<testing::ChildProcess> child_;
+  uint64_t peer_incarnation_ = 0;
+  std::string peer_published_;
+  TestContext ctx_{0x1234};
+  std::unique_ptr<ShmTransport> initiator_;
+  std::shared_ptr<PeerLink> link_;
+};
+
+TEST_F(ShmProcessTest, CmaMovesHeapMemoryAcrossProcesses) {
+  StartInitiator();
+  const PeerRegion region = Alloc(4 * kMiB + 5, false);
+  ASSERT_EQ(region.key, "cma");
+  WriteReadAcross(region, 4 * kMiB + 5, 16);
+  EXPECT_EQ(initiator_->stats().cma_slices, 32u);
+  EXPECT_EQ(initiator_->stats().mapped_slices, 0u);
+}
+
+TEST_F(ShmProcessTest, MappedBuffersMoveAcrossProcesses) {
+  StartInitiator();
+  const PeerRegion region = Alloc(4 * kMiB, true);
+  ASSERT_EQ(region.key.rfind("mapped:", 0), 0u) << region.key;
+  WriteReadAcross(region, 4 * kMiB, 16);
+  WriteReadAcross(region, 4 * kMiB, 1);
+  EXPECT_EQ(initiator_->stats().mapped_slices, 34u);
+  EXPECT_EQ(initiator_->stats().cma_slices, 0u);
+  EXPECT_GE(initiator_->stats().fd_fetches, 1u);
+  EXPECT_LE(initiator_->stats().fd_fetches, 2u);  // at most once per worker
+}
+
+TEST_F(ShmProcessTest, KernelRefusingAttachFailsTheSliceWithPermissionDenied) {
+  ASSERT_EQ(Command("nodump"), "ok");
+  const PeerRegion heap = Alloc(64 * kKiB, false);
+  const PeerRegion shared = Alloc(64 * kKiB, true);
+  NoPtraceCapability no_ptrace;  // before the workers start, so they inherit it
+  ASSERT_TRUE(no_ptrace.ok());
+  StartInitiator();
+  std::vector<uint8_t> local(64 * kKiB, 0x42);
+  SliceBatch batch(&ctx_);
+  Slice* write = batch.Add(Make(OpCode::kWrite, local.data(), heap.addr, local.size(), heap));
+  Slice* read = batch.Add(Make(OpCode::kRead, local.data(), heap.addr, 4096, heap));
+  ASSERT_TRUE(Run(batch));
+  const Status w = ctx_.StatusOf(write);
+  EXPECT_EQ(w.code(), StatusCode::kPermissionDenied) << w;
+  EXPECT_NE(w.message().find("process_vm_writev to pid " + std::to_string(child_->pid()) +
+                             ": Operation not permitted"),
+            std::string::npos)
+      << w;
+  EXPECT_NE(w.message().find("the engine falls back to another transport"), std::string::npos) << w;
+  EXPECT_EQ(ctx_.StatusOf(read).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(Command("check " + std::to_string(heap.addr) + " " + std::to_string(64 * kKiB) + " 0"),
+            "ok");
+  EXPECT_EQ(Command("waitnopins 5000"), "ok") << "a refused copy kept its pins";
+
+  // A shared buffer needs no ptrace access: the mapped path still works.
+  SliceBatch mapped(&ctx_);
+  Slice* m = mapped.Add(Make(OpCode::kWrite, local.data(), shared.addr, local.size(), shared));
+  ASSERT_TRUE(Run(mapped));
+  EXPECT_TRUE(ctx_.StatusOf(m).ok()) << ctx_.StatusOf(m);
+  EXPECT_EQ(
+      Command("check " + std::to_string(shared.addr) + " " + std::to_string(64 * kKiB) + " 66"),
+      "ok");
+  initiator_->Stop();
+}
+
+TEST_F(ShmProcessTest, NoByteLandsAfterUnregisterDuringTraffic) {
+  StartInitiator();
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "mapped" : "cma");
+    const PeerRegion region = Alloc(kMiB, shared);
+    std::vector<uint8_t> local(kMiB, 0x77);
+    std::atomic<bool> stop{false};
+    std::atomic<bool> closed{false};
+    std::atomic<int> ok_after_close{0};
+    std::atomic<int> hung{0};
+    std::thread writer([&] {
+      while (!stop.load()) {
+        SliceBatch batch(&ctx_);
+        for (size_t off = 0; off < kMiB; off += 128 * kKiB) {
+          batch.Add(Make(OpCode::kWrite, &local[off], region.addr + off, 128 * kKiB, region));
+        }
+        const bool after = closed.load();
+        if (!Run(batch)) {
+          hung.fetch_add(1);
+          return;
+        }
+        if (after && AllOk(batch)) ok_after_close.fetch_add(1);
+      }
+    });
+    std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_EQ(Command("close " + std::to_string(region.addr)), "ok");
+    ASSERT_EQ(Command("waitnopins 10000"), "ok");
+    closed.store(true);
+    ASSERT_EQ(Command("memset " + std::to_string(region.addr) + " " + std::to_string(kMiB) + " 92"),
+              "ok");
+    std::this_thread::sleep_for(milliseconds(150));
+    stop.store(true);
+    writer.join();
+    EXPECT_EQ(hung.load(), 0);
+    EXPECT_EQ(ok_after_close.load(), 0) << "a write was reported done after unregister";
+    EXPECT_EQ(Command("check " + std::to_string(region.addr) + " " + std::to_string(kMiB) + " 92"),
+              "ok")
+        << "a byte landed after unregister";
+  }
+}
+
+double GiBps(size_t bytes, std::chrono::steady_clock::duration took) {
+  return static_cast<double>(bytes) / (1 << 30) / std::chrono::duration<double>(took).count();
+}
+
+// Not a benchmark gate: prints shm's numbers next to the raw system calls they wrap, and checks
+// that the bytes arrived.
+TEST_F(ShmProcessTest, ThroughputAgainstRawCopies) {
+  StartInitiator();
+  constexpr size_t kRegion = 16 * kMiB;
+  constexpr size_t kTotal = (kSanitized ? 64 : 256) * kMiB;
+  const PeerRegion heap = Alloc(kRegion, false);
+  const PeerRegion shared = Alloc(kRegion, true);
+  std::vector<uint8_t> local(kRegion);
+  shm_test::FillPattern(local.data(), local.size(), 3);
+  void* own = ::mmap(nullptr, kRegion, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(own, MAP_FAILED);
+  std::memset(own, 0, kRegion);
+  for (size_t size : {64 * kKiB, kMiB, 4 * kMiB}) {
+    const size_t per_region = kRegion / size;
+    // Raw: one process_vm_writev per chunk.
+    auto start = std::chrono::steady_clock::now();
+    for (size_t done = 0; done < kTotal; done += size) {
+      const size_t off = (done / size % per_region) * size;
+      iovec l{&local[off], size};
+      iovec r{reinterpret_cast<void*>(heap.addr + off), size};
+      ASSERT_EQ(::process_vm_writev(child_->pid(), &l, 1, &r, 1, 0), static_cast<ssize_t>(size));
+    }
+    const double raw_cma = GiBps(kTotal, std::chrono::steady_clock::now() - start);
+    start = std::chrono::steady_clock::now();
+    for (size_t done = 0; done < kTotal; done += size) {
+      const size_t off = (done / size % per_region) * size;
+      std::memcpy(static_cast<uint8_t*>(own) + off, &local[off], size);
+    }
+    const double raw_memcpy = GiBps(kTotal, std::chrono::steady_clock::now() - start);
+    double through_shm[2] = {};
+    for (int path = 0; path < 2; ++path) {
+      const PeerRegion& region = path == 0 ? heap : shared;
+      size_t done = 0;
+      for (int round = 0; round < 2; ++round, done = 0) {  // a warm-up round, then the timed one
+        start = std::chrono::steady_clock::now();
+        for (; done < (round == 0 ? kRegion : kTotal); done += kRegion) {  // a Submit per region
+          SliceBatch batch(&ctx_);
+          for (size_t off = 0; off < kRegion; off += size) {
+            batch.Add(Make(OpCode::kWrite, &local[off], region.addr + off, size, region));
+          }
+          ASSERT_TRUE(Run(batch));
+          ASSERT_TRUE(AllOk(batch));
+        }
+      }
+      through_shm[path] = GiBps(kTotal, std::chrono::steady_clock::now() - start);
+      EXPECT_EQ(PeerHash(region.addr, kRegion), shm_test::Fnv1a(local.data(), kRegion));
+    }
+    std::cout << std::fixed << std::setprecision(2) << "[ info ] shm WRITE " << size / kKiB
+              << " KiB slices, " << kTotal / kMiB << " MiB: cma " << through_shm[0]
+              << " GiB/s (raw process_vm_writev " << raw_cma << "), mapped " << through_shm[1]
+              << " GiB/s (raw memcpy " << raw_memcpy << ")" << std::endl;
+  }
+  ::munmap(own, kRegion);
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,426 @@
+// ShmTransport within one process (process_vm_writev to one's own pid works): lifecycle, keys,
+// both copy paths, batching, refusals, back-pressure and Stop. Across processes:
+// shm_process_test.cc.
+#include "transport/shm/shm_transport.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_servers.h"
+#include "transport/conformance/test_context.h"
+#include "transport/shm/shm_cma.h"
+#include "transport/shm/shm_encoding.h"
+#include "transport/shm/shm_test_pattern.h"
+
+namespace ferry {
+namespace {
+
+using std::chrono::milliseconds;
+using transport_testing::SliceBatch;
+using transport_testing::TestContext;
+
+constexpr uint64_t kTargetIncarnation = 0xa11ce;
+constexpr milliseconds kWait{10000};
+constexpr size_t kMiB = size_t{1} << 20;
+// Slices keep a string_view of their key: keys outlive them.
+const std::string kCmaKey = "cma";
+const std::string kBadKey = "mapped:x";
+
+uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+class ShmTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<testing::TempDir> dir = testing::TempDir::Create("shm-test");
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    dir_ = std::make_unique<testing::TempDir>(std::move(dir).value());
+  }
+  void TearDown() override {
+    if (initiator_) initiator_->Stop();
+    if (target_) target_->Stop();
+    for (void* p : shared_) target_->FreeShared(p).IgnoreError();
+  }
+
+  ShmTransportOptions Options() {
+    ShmTransportOptions o;
+    o.socket_dir = dir_->path();
+    o.io_timeout = milliseconds(3000);
+    return o;
+  }
+
+  void StartBoth(ShmTransportOptions initiator_options = {}) {
+    target_ = std::make_unique<ShmTransport>(Options());
+    Result<std::string> published = target_->Start(&target_ctx_, {"target", ""});
+    ASSERT_TRUE(published.ok()) << published.status();
+    published_ = *published;
+    if (initiator_options.socket_dir == ShmTransportOptions{}.socket_dir) {
+      initiator_options.socket_dir = dir_->path();
+    }
+    initiator_ = std::make_unique<ShmTransport>(initiator_options);
+    ASSERT_TRUE(initiator_->Start(&initiator_ctx_, {"initiator", ""}).ok());
+    SegmentDesc desc;
+    desc.name = "target";
+    desc.incarnation = kTargetIncarnation;
+    desc.transports["shm"] = published_;
+    Result<std::shared_ptr<PeerLink>> link = initiator_->Connect(desc);
+    ASSERT_TRUE(link.ok()) << link.status();
+    link_ = *link;
+  }
+
+  // Target memory registered with the target transport and its context (generation 1).
+  uint8_t* TargetRegion(size_t length, bool shared, std::string* key) {
+    uint8_t* p = nullptr;
+    if (shared) {
+      Result<void*> memory = target_->AllocateShared(length, Location::Cpu());
+      EXPECT_TRUE(memory.ok()) << memory.status();
+      if (!memory.ok()) return nullptr;
+      p = static_cast<uint8_t*>(*memory);
+      shared_.push_back(p);
+    } else {
+      heap_.push_back(std::make_unique<uint8_t[]>(length));
+      p = heap_.back().get();
+    }
+    std::memset(p, 0, length);
+    Result<std::string> k = target_->RegisterMemory(Addr(p), length, Location::Cpu());
+    EXPECT_TRUE(k.ok()) << k.status();
+    *key = k.value_or("");
+    target_ctx_.AddRegion(p, length, 1, true, "shm");
+    return p;
+  }
+
+  Slice Make(OpCode op, const void* local, const void* remote, size_t length,
+             const std::string& key, uint64_t generation = 1) {
+    Slice s;
+    s.op = op;
+    s.local_addr = Addr(local);
+    s.remote_addr = Addr(remote);
+    s.length = length;
+    s.remote_generation = generation;
+    s.peer_incarnation = kTargetIncarnation;
+    s.remote_key = key;
+    return s;
+  }
+
+  void RunAll(SliceBatch& batch) {
+    ASSERT_TRUE(initiator_->Submit(*link_, batch.ptrs).ok());
+    ASSERT_TRUE(initiator_ctx_.WaitAll(batch.ptrs, kWait));
+  }
+
+  // Writes a pattern over [0, length) in `slices` slices, reads it back, and compares.
+  void WriteReadVerify(uint8_t* remote, size_t length, size_t slices, const std::string& key) {
+    std::vector<uint8_t> src(length), back(length, 0);
+    shm_test::FillPattern(src.data(), length, 17);
+    const size_t each = length / slices;
+    SliceBatch write(&initiator_ctx_), read(&initiator_ctx_);
+    for (size_t i = 0; i < slices; ++i) {
+      const size_t n = i + 1 == slices ? length - i * each : each;
+      write.Add(Make(OpCode::kWrite, &src[i * each], remote + i * each, n, key));
+      read.Add(Make(OpCode::kRead, &back[i * each], remote + i * each, n, key));
+    }
+    RunAll(write);
+    for (Slice* s : write.ptrs)
+      ASSERT_TRUE(initiator_ctx_.StatusOf(s).ok()) << initiator_ctx_.StatusOf(s);
+    ASSERT_EQ(0, std::memcmp(remote, src.data(), length));
+    RunAll(read);
+    for (Slice* s : read.ptrs)
+      ASSERT_TRUE(initiator_ctx_.StatusOf(s).ok()) << initiator_ctx_.StatusOf(s);
+    ASSERT_EQ(0, std::memcmp(back.data(), src.data(), length));
+  }
+
+  std::unique_ptr<testing::TempDir> dir_;
+  TestContext target_ctx_{kTargetIncarnation};
+  TestContext initiator_ctx_{0xb0b};
+  std::unique_ptr<ShmTransport> target_;
+  std::unique_ptr<ShmTransport> initiator_;
+  std::string published_;
+  std::shared_ptr<PeerLink> link_;
+  std::vector<void*> shared_;
+  std::vector<std::unique_ptr<uint8_t[]>> heap_;
+};
+
+TEST_F(ShmTransportTest, DescribesItselfAndKeepsLifecycleRules) {
+  ShmTransport shm(Options());
+  EXPECT_EQ(shm.name(), "shm");
+  EXPECT_FALSE(shm.capabilities().reaches_other_hosts);
+  EXPECT_FALSE(shm.capabilities().reaches_device_memory);
+  EXPECT_TRUE(shm.capabilities().allocates_shared_memory);
+  EXPECT_EQ(shm.Connect(SegmentDesc{}).status().code(), StatusCode::kBusy);
+  EXPECT_EQ(shm.OnExchange("x").status().code(), StatusCode::kInvalidArgument);
+  Result<std::string> published = shm.Start(&target_ctx_, {"a", ""});
+  ASSERT_TRUE(published.ok()) << published.status();
+  Result<shm::PeerAddress> address = shm::DecodePeerAddress(*published);
+  ASSERT_TRUE(address.ok()) << *published;
+  EXPECT_EQ(address->pid, ::getpid());
+  EXPECT_EQ(address->socket_path.rfind(dir_->path() + "/ferry-shm-", 0), 0u);
+  EXPECT_EQ(::access(address->socket_path.c_str(), F_OK), 0);
+  EXPECT_EQ(shm.Start(&target_ctx_, {"a", ""}).status().code(), StatusCode::kBusy);
+  shm.Stop();
+  shm.Stop();
+  EXPECT_NE(::access(address->socket_path.c_str(), F_OK), 0) << "socket file left behind";
+  EXPECT_EQ(shm.Start(&target_ctx_, {"a", ""}).status().code(), StatusCode::kBusy);
+
+  for (auto bad :
+       {ShmTransportOptions{.workers = 0}, ShmTransportOptions{.workers = 65},
+        ShmTransportOptions{.max_queued_slices = 0}, ShmTransportOptions{.socket_dir = ""},
+        ShmTransportOptions{.socket_dir = dir_->path() + "/missing"}}) {
+    ShmTransport invalid(bad);
+    EXPECT_EQ(invalid.Start(&target_ctx_, {"a", ""}).status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(ShmTransportTest, KeysSayHowTheMemoryIsReached) {
+  ShmTransport shm(Options());
+  std::vector<uint8_t> heap(4096);
+  EXPECT_EQ(shm.RegisterMemory(Addr(heap.data()), heap.size(), Location::Cpu()).value_or(""),
+            "cma");
+  EXPECT_EQ(shm.RegisterMemory(Addr(heap.data()), heap.size(), Location::Cuda(0)).status().code(),
+            StatusCode::kNotFound);
+  Result<void*> shared = shm.AllocateShared(3 * kMiB, Location::Cpu());
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  const uint64_t base = Addr(*shared);
+  Result<std::string> whole = shm.RegisterMemory(base, 3 * kMiB, Location::Cpu());
+  Result<std::string> inner = shm.RegisterMemory(base + 4096, kMiB, Location::CpuNuma(0));
+  ASSERT_TRUE(whole.ok() && inner.ok());
+  Result<shm::BufferKey> a = shm::DecodeBufferKey(*whole);
+  Result<shm::BufferKey> b = shm::DecodeBufferKey(*inner);
+  ASSERT_TRUE(a.ok() && b.ok()) << *whole << " " << *inner;
+  EXPECT_TRUE(a->mapped);
+  EXPECT_EQ(a->offset, 0u);
+  EXPECT_EQ(a->buffer_length, 3 * kMiB);
+  EXPECT_EQ(a->region_addr, base);
+  EXPECT_EQ(b->buffer_id, a->buffer_id);
+  EXPECT_EQ(b->offset, 4096u);
+  EXPECT_EQ(b->region_addr, base + 4096);
+  // Leaving the buffer: reached with process_vm_* instead.
+  EXPECT_EQ(shm.RegisterMemory(base + 4096, 3 * kMiB, Location::Cpu()).value_or(""), "cma");
+  EXPECT_TRUE(shm.UnregisterMemory(base, 3 * kMiB).ok());
+
+  Result<void*> second = shm.AllocateShared(2 * kMiB, Location::Detect());  // huge-page sized
+  ASSERT_TRUE(second.ok()) << second.status();
+  std::memset(*second, 1, 2 * kMiB);
+  Result<shm::BufferKey> c =
+      shm::DecodeBufferKey(shm.RegisterMemory(Addr(*second), 10, Location::Cpu()).value_or(""));
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->buffer_id, a->buffer_id);
+  EXPECT_TRUE(shm.FreeShared(*second).ok());
+  EXPECT_TRUE(shm.FreeShared(*shared).ok());
+  EXPECT_EQ(shm.FreeShared(*shared).code(), StatusCode::kNotFound);
+  EXPECT_EQ(shm.FreeShared(heap.data()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(shm.AllocateShared(0, Location::Cpu()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(shm.AllocateShared(4096, Location::Cuda(0)).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(ShmTransportTest, ConnectNamesThePeerWhenItsAddressIsMissingOrMalformed) {
+  StartBoth();
+  SegmentDesc desc;
+  desc.name = "bob";
+  Result<std::shared_ptr<PeerLink>> missing = initiator_->Connect(desc);
+  EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.status().message().find("bob"), std::string::npos);
+  for (const char* bad : {"nonsense", "v1:0:/x", "v1:12:relative", "v1:12"}) {
+    desc.transports["shm"] = bad;
+    Result<std::shared_ptr<PeerLink>> link = initiator_->Connect(desc);
+    EXPECT_EQ(link.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(link.status().message().find("bob"), std::string::npos) << link.status();
+  }
+}
+
+TEST_F(ShmTransportTest, CmaWritesAndReadsHeapMemory) {
+  StartBoth();
+  std::string key;
+  uint8_t* remote = TargetRegion(4 * kMiB + 123, false, &key);
+  ASSERT_EQ(key, "cma");
+  WriteReadVerify(remote, 4 * kMiB + 123, 37, key);
+  const ShmTransportStats stats = initiator_->stats();
+  EXPECT_EQ(stats.cma_slices, 74u);
+  EXPECT_EQ(stats.mapped_slices, 0u);
+  EXPECT_EQ(stats.grant_round_trips, 2u) << "one grant round trip per Submit";
+  EXPECT_TRUE(target_ctx_.WaitNoPins(kWait));
+}
+
+TEST_F(ShmTransportTest, MappedWritesAndReadsSharedBuffersAndFetchesTheFdOnce) {
+  StartBoth();
+  std::string key;
+  uint8_t* remote = TargetRegion(4 * kMiB, true, &key);
+  ASSERT_EQ(key.rfind("mapped:", 0), 0u) << key;
+  WriteReadVerify(remote, 4 * kMiB, 64, key);
+  WriteReadVerify(remote, 4 * kMiB, 3, key);
+  const ShmTransportStats stats = initiator_->stats();
+  EXPECT_EQ(stats.mapped_slices, 134u);
+  EXPECT_EQ(stats.cma_slices, 0u);
+  // Each worker may race to fetch once; the mapping is cached per buffer afterwards.
+  EXPECT_GE(stats.fd_fetches, 1u);
+  EXPECT_LE(stats.fd_fetches, 2u);
+  EXPECT_TRUE(target_ctx_.WaitNoPins(kWait));
+}
+
+TEST_F(ShmTransportTest, LargeSubmitsShareGrantRoundTripsOfAtMost1024Ranges) {
+  StartBoth(ShmTransportOptions{.workers = 1});
+  std::string key;
+  uint8_t* remote = TargetRegion(3000 * 64, false, &key);
+  WriteReadVerify(remote, 3000 * 64, 3000, key);
+  EXPECT_EQ(initiator_->stats().grant_round_trips, 6u);  // 3 per direction
+}
+
+TEST_F(ShmTransportTest, TargetRefusalsFailTheirSlicesOnly) {
+  StartBoth();
+  std::string cma_key, mapped_key;
+  uint8_t* heap = TargetRegion(64 * 1024, false, &cma_key);
+  uint8_t* shared = TargetRegion(64 * 1024, true, &mapped_key);
+  std::vector<uint8_t> local(4096, 7);
+  {  // warm the mapping so that a Stale answer has one to drop
+    SliceBatch warm(&initiator_ctx_);
+    warm.Add(Make(OpCode::kWrite, local.data(), shared, 4096, mapped_key));
+    RunAll(warm);
+    ASSERT_TRUE(initiator_ctx_.StatusOf(warm.ptrs[0]).ok());
+  }
+  std::vector<uint8_t> unregistered(4096);
+  SliceBatch batch(&initiator_ctx_);
+  Slice* good = batch.Add(Make(OpCode::kWrite, local.data(), heap, 4096, cma_key));
+  Slice* stale = batch.Add(Make(OpCode::kWrite, local.data(), heap + 4096, 4096, cma_key, 2));
+  Slice* stale_mapped = batch.Add(Make(OpCode::kWrite, local.data(), shared, 4096, mapped_key, 9));
+  Slice* nowhere =
+      batch.Add(Make(OpCode::kWrite, local.data(), unregistered.data(), 4096, cma_key));
+  Slice* bad_key = batch.Add(Make(OpCode::kWrite, local.data(), heap, 4096, kBadKey));
+  Slice* leaves_buffer =
+      batch.Add(Make(OpCode::kWrite, local.data(), shared + 62 * 1024, 4096, mapped_key));
+  Slice* empty = batch.Add(Make(OpCode::kWrite, local.data(), nullptr, 0, cma_key));
+  RunAll(batch);
+  EXPECT_TRUE(initiator_ctx_.StatusOf(good).ok()) << initiator_ctx_.StatusOf(good);
+  EXPECT_EQ(initiator_ctx_.StatusOf(stale).code(), StatusCode::kStale);
+  EXPECT_EQ(initiator_ctx_.StatusOf(stale_mapped).code(), StatusCode::kStale);
+  EXPECT_EQ(initiator_ctx_.StatusOf(nowhere).code(), StatusCode::kNotFound);
+  EXPECT_EQ(initiator_ctx_.StatusOf(bad_key).code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(initiator_ctx_.StatusOf(bad_key).message().find("bad shm key"), std::string::npos);
+  EXPECT_EQ(initiator_ctx_.StatusOf(leaves_buffer).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(initiator_ctx_.StatusOf(empty).ok());
+  EXPECT_EQ(initiator_->stats().mappings_dropped, 1u);
+  EXPECT_EQ(0, std::memcmp(heap, local.data(), 4096));
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(heap[i], 0) << "a refused write landed";
+  EXPECT_EQ(initiator_ctx_.duplicate_completions(), 0u);
+}
+
+TEST_F(ShmTransportTest, SubmitValidatesAndPushesBack) {
+  // A peer whose grant socket accepts (through the backlog) but never answers: the one worker
+  // stays on the first batch for io_timeout, so the queue fills.
+  const std::string path = dir_->path() + "/silent.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  ShmTransportOptions options = Options();
+  options.workers = 1;
+  options.max_queued_slices = 4;
+  options.io_timeout = milliseconds(1500);
+  initiator_ = std::make_unique<ShmTransport>(options);
+  ASSERT_TRUE(initiator_->Start(&initiator_ctx_, {"i", ""}).ok());
+  SegmentDesc desc;
+  desc.name = "silent";
+  desc.incarnation = kTargetIncarnation;
+  desc.transports["shm"] = shm::EncodePeerAddress({::getpid(), path});
+  std::shared_ptr<PeerLink> link = initiator_->Connect(desc).value_or(nullptr);
+  ASSERT_NE(link, nullptr);
+
+  std::vector<uint8_t> local(64);
+  SliceBatch invalid(&initiator_ctx_);
+  invalid.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey))->op =
+      static_cast<OpCode>(9);
+  EXPECT_EQ(initiator_->Submit(*link, invalid.ptrs).code(), StatusCode::kInvalidArgument);
+  Slice* const null_slice = nullptr;
+  EXPECT_EQ(initiator_->Submit(*link, {&null_slice, 1}).code(), StatusCode::kInvalidArgument);
+  SliceBatch too_many(&initiator_ctx_);
+  for (int i = 0; i < 5; ++i)
+    too_many.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey));
+  EXPECT_EQ(initiator_->Submit(*link, too_many.ptrs).code(), StatusCode::kInvalidArgument);
+  PeerLink foreign;
+  EXPECT_EQ(initiator_->Submit(foreign, too_many.ptrs).code(), StatusCode::kInvalidArgument);
+
+  SliceBatch first(&initiator_ctx_), queued(&initiator_ctx_), extra(&initiator_ctx_);
+  first.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey));
+  for (int i = 0; i < 4; ++i)
+    queued.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey));
+  extra.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey));
+  ASSERT_TRUE(initiator_->Submit(*link, first.ptrs).ok());
+  // Once the worker took `first`, all four fit.
+  Status s = initiator_->Submit(*link, queued.ptrs);
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(1000);
+  while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+    s = initiator_->Submit(*link, queued.ptrs);
+  }
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(initiator_->Submit(*link, extra.ptrs).code(), StatusCode::kAgain);
+  EXPECT_EQ(initiator_ctx_.completions(), 0u);  // Again queued nothing
+
+  const auto start = std::chrono::steady_clock::now();
+  initiator_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(3000));
+  ASSERT_TRUE(initiator_ctx_.WaitAll(first.ptrs, kWait));
+  ASSERT_TRUE(initiator_ctx_.WaitAll(queued.ptrs, kWait));
+  EXPECT_EQ(initiator_ctx_.StatusOf(first.ptrs[0]).code(), StatusCode::kTimeout)
+      << initiator_ctx_.StatusOf(first.ptrs[0]);
+  for (Slice* q : queued.ptrs) EXPECT_EQ(initiator_ctx_.StatusOf(q).code(), StatusCode::kCanceled);
+  EXPECT_EQ(initiator_ctx_.completions(), 5u);
+  EXPECT_EQ(initiator_->Submit(*link, extra.ptrs).code(), StatusCode::kCanceled);
+  ::close(listener);
+}
+
+TEST_F(ShmTransportTest, AStoppedTargetFailsSlicesAsUnavailable) {
+  StartBoth();
+  std::string key;
+  uint8_t* remote = TargetRegion(4096, false, &key);
+  std::vector<uint8_t> local(4096, 3);
+  target_->Stop();
+  SliceBatch batch(&initiator_ctx_);
+  Slice* s = batch.Add(Make(OpCode::kWrite, local.data(), remote, 4096, key));
+  RunAll(batch);
+  EXPECT_EQ(initiator_ctx_.StatusOf(s).code(), StatusCode::kUnavailable)
+      << initiator_ctx_.StatusOf(s);
+  EXPECT_NE(initiator_ctx_.StatusOf(s).message().find("segment 'target'"), std::string::npos);
+  EXPECT_EQ(remote[0], 0);
+}
+
+TEST(ShmCmaTest, AttributesABadAddressToItsCopyAndAVanishedPidToAll) {
+  std::vector<uint8_t> src(3 * 4096), dst(3 * 4096, 0);
+  shm_test::FillPattern(src.data(), src.size(), 5);
+  const std::vector<shm::CmaCopy> copies = {
+      {Addr(src.data()), Addr(dst.data()), 4096},
+      {Addr(src.data() + 4096), 8, 4096},  // remote address 8 is never mapped
+      {Addr(src.data() + 8192), Addr(dst.data() + 8192), 4096},
+  };
+  std::vector<Status> statuses = shm::CmaTransfer(::getpid(), OpCode::kWrite, copies);
+  ASSERT_EQ(statuses.size(), 3u);
+  EXPECT_TRUE(statuses[0].ok());
+  EXPECT_EQ(statuses[1].code(), StatusCode::kInvalidArgument) << statuses[1];
+  EXPECT_TRUE(statuses[2].ok());
+  EXPECT_EQ(0, std::memcmp(dst.data(), src.data(), 4096));
+  EXPECT_EQ(0, std::memcmp(dst.data() + 8192, src.data() + 8192, 4096));
+
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: the pid names nothing now
+  statuses = shm::CmaTransfer(child, OpCode::kRead, copies);
+  for (const Status& s : statuses) {
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("process_vm_readv from pid " + std::to_string(child)),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("falls back to another transport"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
