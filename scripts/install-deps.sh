@@ -10,8 +10,10 @@ packages=(
   nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
   # servers the tests start on 127.0.0.1 (metadata stores)
   etcd-server redis-server
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks (iproute2: network namespaces for the locality tests)
+  libgtest-dev libgmock-dev libbenchmark-dev iproute2
+  # the rdma transport (libfabric; its tcp;ofi_rxm provider runs the tests without a NIC)
+  libfabric-dev libfabric-bin
 )
 
 missing=()

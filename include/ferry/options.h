@@ -19,8 +19,24 @@ struct EngineOptions {
   // RPC port; 0 picks a free one. With rpc_port_range_end, the first free port of the range.
   uint16_t rpc_port = 0;
   uint16_t rpc_port_range_end = 0;
-  // Transports to install: names ("tcp", ...) or {"auto"} for every one this build has.
+  // Transports to install: names ("tcp", "shm", "cxl", "rdma") or {"auto"}: tcp and shm, plus
+  // cxl when cxl_window is set, plus rdma when rdma_provider is set or an RDMA NIC is found.
   std::vector<std::string> transports = {"auto"};
+  // Locality: engines on one running kernel that see each other's processes are one host, and
+  // use same-host transports (shm, cxl) between them. A non-empty host_id replaces the detected
+  // identity: engines with equal host_ids on one machine are one host, different ones are not
+  // (to force "another host" in tests and benchmarks).
+  std::string host_id;
+  // shm: where the same-host control sockets live (a directory every local peer can reach).
+  std::string shm_dir = "/dev/shm";
+  // cxl: the shared window every engine on the host maps (a DAX device or a mappable file) and
+  // how many bytes of it; 0 = its size. Empty: no cxl transport.
+  std::string cxl_window;
+  uint64_t cxl_window_size = 0;
+  // rdma (libfabric): the provider ("verbs;ofi_rxm", "efa", "tcp;ofi_rxm"); empty: a hardware
+  // provider if one is found. rdma_devices narrows the NICs used (e.g. "mlx5_0").
+  std::string rdma_provider;
+  std::vector<std::string> rdma_devices;
   // Every task ends by this deadline: COMPLETED, FAILED or TIMEOUT.
   std::chrono::milliseconds task_timeout{30000};
   // Requests are cut into slices of at most this many bytes, spread over connections.

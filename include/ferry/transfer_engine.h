@@ -41,6 +41,9 @@ struct TransferRequest {
   SegmentId target_id = 0;     // from openSegment
   uint64_t target_offset = 0;  // address in the target segment (its BufferDesc::addr space)
   uint64_t length = 0;
+  // Empty: the selection policy chooses. Otherwise the only transport this request may use
+  // ("tcp", "shm", ...); the request fails when that transport cannot reach the target.
+  std::string transport{};
 };
 
 enum class TransferState : uint8_t { kWaiting, kPending, kCompleted, kFailed, kTimeout, kCanceled };
@@ -49,7 +52,8 @@ std::string_view TransferStateName(TransferState state);
 struct TransferStatus {
   TransferState state = TransferState::kWaiting;
   uint64_t transferred_bytes = 0;
-  Status reason;  // why it FAILED / TIMEOUT; Ok otherwise
+  Status reason;            // why it FAILED / TIMEOUT; Ok otherwise
+  std::string transport{};  // the transport that carried (or last tried) it; empty before
   bool done() const { return state != TransferState::kWaiting && state != TransferState::kPending; }
 };
 
@@ -100,6 +104,13 @@ class TransferEngine {
   Status unregisterLocalMemoryBatch(const std::vector<void*>& addrs);
   // Ok when [addr, addr + length) overlaps no registered region; Overlap naming it otherwise.
   Status checkOverlap(void* addr, size_t length);
+  // `length` bytes that same-host peers map once and copy with memcpy (memfd-backed, huge pages
+  // when available; inside the cxl window when cxl_window is set and location is "cxl"),
+  // already registered as by registerLocalMemory. InvalidArgument when no installed transport
+  // can share memory.
+  Result<void*> allocateManagedBuffer(size_t length, const std::string& location = "cpu");
+  // Unregisters (as unregisterLocalMemory) and frees a buffer from allocateManagedBuffer.
+  Status freeManagedBuffer(void* addr);
 
   Result<SegmentId> openSegment(const std::string& name);
   Status closeSegment(SegmentId id);

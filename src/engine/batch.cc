@@ -25,6 +25,7 @@ TransferStatus Task::Snapshot() {
   TransferStatus out;
   out.state = state.load();
   out.transferred_bytes = transferred.load();
+  if (Transport* t = carrier.load()) out.transport = std::string(t->name());
   if (out.state != TransferState::kCompleted) {
     MutexLock lock(mu);
     out.reason = first_error;

@@ -43,6 +43,8 @@ struct Task {
   std::shared_ptr<const SegmentDesc> desc;  // the plan's snapshot
   std::shared_ptr<PeerLink> link;
   Transport* transport = nullptr;
+  std::atomic<Transport*> carrier{nullptr};  // `transport`, for status readers on other threads
+  std::atomic<bool> fallback_tried{false};   // another transport was tried after a failure
   PinGuard local_pin;
 
   Mutex mu;

@@ -1,27 +1,96 @@
 #include "engine/builtin_transports.h"
 
+#include "common/log.h"
+#include "transport/cxl/cxl_transport.h"
+#include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
+#if FERRY_WITH_RDMA
+#include "transport/rdma/rdma_transport.h"
+#endif
 
 namespace ferry {
 
-std::vector<std::string> BuiltinTransportNames() { return {"tcp"}; }
+namespace {
+
+#if FERRY_WITH_RDMA
+RdmaTransportOptions RdmaOptions(const EngineOptions& options) {
+  RdmaTransportOptions o;
+  o.provider = options.rdma_provider;
+  o.devices = options.rdma_devices;
+  o.op_timeout = options.request_timeout;
+  return o;
+}
+#endif
+
+Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineOptions& options) {
+  if (name == "tcp") return CreateTcpTransport(TcpTransportOptions{});
+  if (name == "shm") {
+    ShmTransportOptions o;
+    o.socket_dir = options.shm_dir;
+    o.io_timeout = options.request_timeout;
+    return CreateShmTransport(o);
+  }
+  if (name == "cxl") {
+    if (options.cxl_window.empty()) {
+      return InvalidArgumentError("transport 'cxl' needs a window (EngineOptions::cxl_window)");
+    }
+    CxlTransportOptions o;
+    o.window_path = options.cxl_window;
+    o.window_size = options.cxl_window_size;
+    o.socket_dir = options.shm_dir;
+    o.io_timeout = options.request_timeout;
+    return CreateCxlTransport(o);
+  }
+#if FERRY_WITH_RDMA
+  if (name == "rdma") return CreateRdmaTransport(RdmaOptions(options));
+#endif
+  std::string available;
+  for (const std::string& n : BuiltinTransportNames())
+    available += (available.empty() ? "" : ", ") + n;
+  return InvalidArgumentError("unknown transport '" + name + "' (this build has: " + available +
+                              ", or auto)");
+}
+
+// What "auto" installs here.
+std::vector<std::string> AutoTransports(const EngineOptions& options) {
+  std::vector<std::string> names = {"tcp", "shm"};
+  if (!options.cxl_window.empty()) names.push_back("cxl");
+#if FERRY_WITH_RDMA
+  Result<std::string> provider = ProbeRdmaProvider(RdmaOptions(options));
+  if (provider.ok()) {
+    names.push_back("rdma");
+  } else if (!options.rdma_provider.empty()) {
+    FERRY_LOG(kWarn) << "rdma not installed: " << provider.status();
+  }
+#endif
+  return names;
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinTransportNames() {
+  return {
+    "cxl", "shm",
+#if FERRY_WITH_RDMA
+        "rdma",
+#endif
+        "tcp"
+  };
+}
 
 Result<std::vector<std::unique_ptr<Transport>>> CreateBuiltinTransports(
-    const std::vector<std::string>& names) {
-  std::vector<std::string> wanted = names;
-  if (wanted.empty() || (wanted.size() == 1 && wanted[0] == "auto"))
-    wanted = BuiltinTransportNames();
+    const EngineOptions& options) {
+  std::vector<std::string> wanted = options.transports;
+  if (wanted.empty() || (wanted.size() == 1 && wanted[0] == "auto")) {
+    wanted = AutoTransports(options);
+  }
   std::vector<std::unique_ptr<Transport>> out;
   for (const std::string& name : wanted) {
-    if (name == "tcp") {
-      out.push_back(CreateTcpTransport(TcpTransportOptions{}));
-      continue;
+    for (const auto& t : out) {
+      if (t->name() == name) return InvalidArgumentError("transport '" + name + "' named twice");
     }
-    std::string available;
-    for (const std::string& n : BuiltinTransportNames())
-      available += (available.empty() ? "" : ", ") + n;
-    return InvalidArgumentError("unknown transport '" + name + "' (this build has: " + available +
-                                ", or auto)");
+    ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, Create(name, options));
+    out.push_back(std::move(transport));
   }
   return out;
 }

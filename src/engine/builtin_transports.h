@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/options.h"
 #include "ferry/status.h"
 #include "transport/transport.h"
 
@@ -13,9 +14,10 @@ namespace ferry {
 // Names of the transports this build has, in priority order.
 std::vector<std::string> BuiltinTransportNames();
 
-// Creates the named transports; {"auto"} means every one this build has. An unknown name is
-// InvalidArgument listing the available ones.
+// Creates the transports `options.transports` names, configured from `options`. {"auto"}: tcp
+// and shm, cxl when options.cxl_window is set, rdma when options.rdma_provider is set or a
+// hardware provider is found. An unknown name is InvalidArgument listing the available ones.
 Result<std::vector<std::unique_ptr<Transport>>> CreateBuiltinTransports(
-    const std::vector<std::string>& names);
+    const EngineOptions& options);
 
 }  // namespace ferry

@@ -173,8 +173,16 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
     return PermissionDeniedError("the target buffer of segment '" + desc.name +
                                  "' is not remote-accessible");
   }
-  const std::vector<std::string> order =
-      policy_->Order(*buffer, candidates_, SameHost(desc), desc.name);
+  // Both sides must have registered their memory with a transport (the local region may lie
+  // outside a cxl window, say).
+  std::vector<std::string> order =
+      policy_->Order(*buffer, candidates_, SameHost(desc), desc.name, r.transport);
+  std::erase_if(order, [&](const std::string& t) { return !task->local_pin.has_binding(t); });
+  if (order.empty() && !r.transport.empty()) {
+    return UnavailableError("transport '" + r.transport + "' does not reach segment '" + desc.name +
+                            "' (not installed on both sides, the buffer is not " +
+                            "registered with it, or it works on one host only)");
+  }
   if (order.empty()) {
     return UnavailableError("no transport reaches segment '" + desc.name +
                             "': none of its buffer's transports is installed here");
@@ -189,6 +197,7 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
       continue;
     }
     task->transport = transport;
+    task->carrier.store(transport);
     task->link = std::move(link).value();
     const std::string_view key = buffer->keys.at(name);
     for (uint64_t done = 0; done < r.length; done += options_.slice_size) {
@@ -306,27 +315,49 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
     QueueNotifyIfDone(task->batch);
     return;
   }
-  const bool maybe_outdated =
-      error.code() == StatusCode::kStale || error.code() == StatusCode::kUnavailable;
-  if (maybe_outdated && !task->stale_retried.exchange(true) &&
-      task->state.load() == TransferState::kPending) {
+  // A failure of the transport rather than of the request: avoid that link for a while.
+  const StatusCode code = error.code();
+  const bool transport_failed = code == StatusCode::kUnavailable || code == StatusCode::kTimeout ||
+                                code == StatusCode::kPermissionDenied ||
+                                code == StatusCode::kInternal;
+  if (transport_failed) {
+    policy_->ReportFailure(transport, peer);
+    DropLink(transport, peer);  // re-established on next use
+  }
+  const bool pending = task->state.load() == TransferState::kPending;
+  const bool maybe_outdated = code == StatusCode::kStale || code == StatusCode::kUnavailable;
+  if (pending && maybe_outdated && !task->stale_retried.exchange(true)) {
     // Planned against an old descriptor (STALE), or the peer was unreachable, perhaps because
     // it restarted elsewhere: refresh the descriptor once and plan again (progress thread).
     directory_->Invalidate(peer);
-    DropLink(transport, peer);
-    task->batch->slices_in_flight.fetch_add(1);  // keeps the batch alive until retried
-    MutexLock lock(progress_mu_);
-    retries_.push_back(task);
-    progress_cv_.NotifyAll();
+    QueueRetry(task);
     return;
   }
-  if (error.code() == StatusCode::kUnavailable || error.code() == StatusCode::kTimeout) {
-    policy_->ReportFailure(transport, peer);
-    DropLink(transport, peer);  // re-established on next use
+  if (pending && transport_failed && CanFallBack(task)) {
+    QueueRetry(task);  // the failed transport is cooling down: another one goes first now
+    return;
   }
   EndAttempt(task);
   task->Finish(TransferState::kFailed, error);
   QueueNotifyIfDone(task->batch);
+}
+
+void TransferEngine::Impl::QueueRetry(Task* task) {
+  task->batch->slices_in_flight.fetch_add(1);  // keeps the batch alive until retried
+  MutexLock lock(progress_mu_);
+  retries_.push_back(task);
+  progress_cv_.NotifyAll();
+}
+
+bool TransferEngine::Impl::CanFallBack(Task* task) {
+  if (task->fallback_tried.load() || task->desc == nullptr) return false;
+  const TransferRequest& r = task->request;
+  const BufferDesc* buffer = task->desc->FindCovering(r.target_offset, r.length);
+  if (buffer == nullptr) return false;
+  std::vector<std::string> order =
+      policy_->Order(*buffer, candidates_, SameHost(*task->desc), task->desc->name, r.transport);
+  std::erase_if(order, [&](const std::string& t) { return !task->local_pin.has_binding(t); });
+  return order.size() > 1;
 }
 
 void TransferEngine::Impl::EndAttempt(Task* task) {
@@ -350,6 +381,7 @@ void TransferEngine::Impl::QueueNotifyIfDone(Batch* batch) {
 }
 
 void TransferEngine::Impl::RetryTask(Task* task) {
+  const bool can_fall_back = CanFallBack(task);  // needs the local pin EndAttempt releases
   EndAttempt(task);
   if (task->state.load() != TransferState::kPending) return;  // timed out meanwhile
   Status error;
@@ -357,17 +389,20 @@ void TransferEngine::Impl::RetryTask(Task* task) {
     MutexLock lock(task->mu);
     error = task->first_error;
   }
-  if (error.code() == StatusCode::kUnavailable) {
-    // Only a new incarnation is worth another try; the same one is simply down.
+  if (error.code() == StatusCode::kUnavailable && !task->fallback_tried.load()) {
+    // A new incarnation is worth another try; the same one is down for this transport, and
+    // only another transport may still reach it.
     const uint64_t planned = task->desc->incarnation;
     Status synced = directory_->Sync(task->desc->name);
     Result<SegmentHandle> now = directory_->Get(task->request.target_id);
-    if (!synced.ok() || !now.ok() || now->desc->incarnation == planned) {
+    const bool restarted = synced.ok() && now.ok() && now->desc->incarnation != planned;
+    if (!restarted && !can_fall_back) {
       task->Finish(TransferState::kFailed, error);
       QueueNotifyIfDone(task->batch);
       return;
     }
   }
+  if (error.code() != StatusCode::kStale) task->fallback_tried.store(true);
   StartTask(task);
 }
 

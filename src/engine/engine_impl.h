@@ -44,6 +44,8 @@ class TransferEngine::Impl final : public TransportContext {
                         bool remote_accessible, bool publish);
   Status UnregisterMemory(const std::vector<void*>& addrs, bool publish);
   Status CheckOverlap(void* addr, size_t length);
+  Result<void*> AllocateManaged(size_t length, const std::string& location);
+  Status FreeManaged(void* addr);
 
   // Segments.
   Result<SegmentId> OpenSegment(const std::string& name);
@@ -92,6 +94,10 @@ class TransferEngine::Impl final : public TransportContext {
   void SubmitSlices(engine::Task* task);
   void OnAllSlicesDone(engine::Task* task);
   void EndAttempt(engine::Task* task);
+  // Hands `task` to the progress thread for another attempt (RetryTask).
+  void QueueRetry(engine::Task* task);
+  // Whether another transport than the failed one may still carry `task` (tried once only).
+  bool CanFallBack(engine::Task* task);
   // A STALE or Unavailable attempt, on the progress thread: plan again against a refreshed
   // descriptor (Unavailable only when the peer's incarnation changed), or fail.
   void RetryTask(engine::Task* task);
@@ -124,6 +130,9 @@ class TransferEngine::Impl final : public TransportContext {
 
   Mutex links_mu_;
   std::map<std::string, LinkEntry> links_ GUARDED_BY(links_mu_);  // "<transport>|<segment>"
+
+  Mutex managed_mu_;
+  std::map<void*, Transport*> managed_ GUARDED_BY(managed_mu_);  // buffer -> its allocator
 
   Mutex notify_mu_;
   std::deque<NotifyMessage> notifies_ GUARDED_BY(notify_mu_);

@@ -107,6 +107,7 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   base_desc_.incarnation = incarnation_;
   base_desc_.rpc = {options_.host, rpc_server_->port()};
   base_desc_.host = LocalHostIdentity();
+  if (!options_.host_id.empty()) base_desc_.host.boot_id = "host-id:" + options_.host_id;
   RETURN_IF_ERROR(StartTransports());
   RETURN_IF_ERROR(Publish());
   progress_ = std::thread([this] { ProgressLoop(); });
@@ -117,14 +118,27 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
 uint16_t TransferEngine::Impl::rpc_port() const { return rpc_server_->port(); }
 
 Status TransferEngine::Impl::StartTransports() {
-  ASSIGN_OR_RETURN(transports_, CreateBuiltinTransports(options_.transports));
-  for (auto& t : transports_) {
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> created,
+                   CreateBuiltinTransports(options_));
+  const bool automatic = options_.transports.empty() ||
+                         (options_.transports.size() == 1 && options_.transports[0] == "auto");
+  for (auto& t : created) {
     Result<std::string> bytes =
         t->Start(this, {.local_segment = name_, .bind_host = options_.host});
-    if (!bytes.ok())
-      return bytes.status().WithContext("starting transport '" + std::string(t->name()) + "'");
+    if (!bytes.ok()) {
+      const Status error =
+          bytes.status().WithContext("starting transport '" + std::string(t->name()) + "'");
+      // Chosen automatically, a transport that cannot run here is left out; named, it is an
+      // error.
+      if (automatic && t->name() != "tcp") {
+        FERRY_LOG(kWarn) << error << "; continuing without it";
+        continue;
+      }
+      return error;
+    }
     base_desc_.transports[std::string(t->name())] = *bytes;
     candidates_.push_back({std::string(t->name()), !t->capabilities().reaches_other_hosts});
+    transports_.push_back(std::move(t));
   }
   return Status::Ok();
 }
@@ -223,6 +237,7 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
     }
     for (auto& t : transports_) {
       Result<std::string> key = t->RegisterMemory(addr, b.length, where);
+      if (key.status().code() == StatusCode::kNotFound) continue;  // cannot reach this memory
       if (!key.ok()) {
         return fail(key.status().WithContext("transport '" + std::string(t->name()) + "'"));
       }
@@ -239,6 +254,11 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
         return transport->UnregisterMemory(addr, length);
       };
       specs.push_back(std::move(spec));
+    }
+    if (specs.empty() || specs.back().addr != addr) {
+      return fail(InvalidArgumentError("no installed transport can reach the memory at " +
+                                       std::to_string(addr) + " (location " + where.ToString() +
+                                       ")"));
     }
   }
   Result<std::vector<uint64_t>> registered = registry_->RegisterBatch(specs);
@@ -257,6 +277,51 @@ Status TransferEngine::Impl::UnregisterMemory(const std::vector<void*>& addrs, b
     if (s.ok()) return p;
   }
   return s;
+}
+
+Result<void*> TransferEngine::Impl::AllocateManaged(size_t length, const std::string& location) {
+  if (length == 0) return InvalidArgumentError("cannot allocate zero bytes");
+  const bool in_window = location == "cxl";
+  Location where = Location::Cpu();
+  if (!in_window) {
+    ASSIGN_OR_RETURN(where, Location::Parse(location));
+    if (!where.is_host()) {
+      return InvalidArgumentError("managed buffers are host memory, not '" + location + "'");
+    }
+  }
+  Transport* owner = FindTransport(in_window ? "cxl" : "shm");
+  if (owner == nullptr || !owner->capabilities().allocates_shared_memory) {
+    return InvalidArgumentError(std::string("no installed transport shares memory") +
+                                (in_window ? " in a cxl window (set cxl_window)" : " (shm)"));
+  }
+  ASSIGN_OR_RETURN(void* addr, owner->AllocateShared(length, where));
+  Status registered = RegisterMemory({{addr, length}}, where.ToString(), true, true);
+  if (!registered.ok()) {
+    owner->FreeShared(addr).IgnoreError();
+    return registered;
+  }
+  MutexLock lock(managed_mu_);
+  managed_[addr] = owner;
+  return addr;
+}
+
+Status TransferEngine::Impl::FreeManaged(void* addr) {
+  Transport* owner = nullptr;
+  {
+    MutexLock lock(managed_mu_);
+    auto it = managed_.find(addr);
+    if (it == managed_.end()) {
+      return NotFoundError("no managed buffer at " +
+                           std::to_string(reinterpret_cast<uint64_t>(addr)));
+    }
+    owner = it->second;
+  }
+  RETURN_IF_ERROR(UnregisterMemory({addr}, true));
+  {
+    MutexLock lock(managed_mu_);
+    managed_.erase(addr);
+  }
+  return owner->FreeShared(addr);
 }
 
 Status TransferEngine::Impl::CheckOverlap(void* addr, size_t length) {
@@ -370,6 +435,10 @@ Status TransferEngine::unregisterLocalMemoryBatch(const std::vector<void*>& addr
 Status TransferEngine::checkOverlap(void* addr, size_t length) {
   return impl_->CheckOverlap(addr, length);
 }
+Result<void*> TransferEngine::allocateManagedBuffer(size_t length, const std::string& location) {
+  return impl_->AllocateManaged(length, location);
+}
+Status TransferEngine::freeManagedBuffer(void* addr) { return impl_->FreeManaged(addr); }
 Result<SegmentId> TransferEngine::openSegment(const std::string& name) {
   return impl_->OpenSegment(name);
 }

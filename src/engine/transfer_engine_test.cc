@@ -41,6 +41,32 @@ TEST(TransferEngineTest, InitValidatesItsOptions) {
   EXPECT_EQ(ok.localSegmentName(), "127.0.0.1:" + std::to_string(ok.rpcPort()));
 }
 
+TEST(TransferEngineTest, ManagedBuffersAreRegisteredSharedMemory) {
+  TransferEngine engine;
+  ASSERT_TRUE(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  Result<void*> buffer = engine.allocateManagedBuffer(3 << 20);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  std::memset(*buffer, 0x42, 3 << 20);
+  // Registered already: a second registration of it overlaps.
+  EXPECT_EQ(engine.registerLocalMemory(*buffer, 4096).code(), StatusCode::kOverlap);
+  EXPECT_EQ(engine.allocateManagedBuffer(0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.allocateManagedBuffer(4096, "cuda:0").status().code(),
+            StatusCode::kInvalidArgument);
+  Status no_window = engine.allocateManagedBuffer(4096, "cxl").status();
+  EXPECT_EQ(no_window.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(no_window.message().find("cxl"), std::string::npos) << no_window;
+  std::vector<char> plain(4096);
+  EXPECT_EQ(engine.freeManagedBuffer(plain.data()).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(engine.freeManagedBuffer(*buffer).ok());
+  EXPECT_EQ(engine.freeManagedBuffer(*buffer).code(), StatusCode::kNotFound);
+
+  TransferEngine tcp_only;
+  EngineOptions options;
+  options.transports = {"tcp"};
+  ASSERT_TRUE(tcp_only.init(options).ok());
+  EXPECT_EQ(tcp_only.allocateManagedBuffer(4096).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(TransferEngineTest, RegistrationRulesAndOverlapCheck) {
   TransferEngine engine;
   ASSERT_TRUE(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());

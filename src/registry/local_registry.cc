@@ -52,6 +52,15 @@ uint64_t PinGuard::region_length() const { return region_->length; }
 uint64_t PinGuard::generation() const { return region_->generation; }
 Location PinGuard::location() const { return region_->location; }
 
+bool PinGuard::has_binding(std::string_view transport) const {
+  if (region_ == nullptr) return false;
+  ReaderLock lock(registry_->mu_);  // bindings change only under the exclusive lock
+  for (const TransportBinding& b : region_->bindings) {
+    if (b.transport == transport) return true;
+  }
+  return false;
+}
+
 // ---- LocalRegistry --------------------------------------------------------------------------
 
 LocalRegistry::LocalRegistry(RegistryOptions options) : options_(options) {}

@@ -84,6 +84,8 @@ class PinGuard {
   uint64_t region_length() const;
   uint64_t generation() const;
   Location location() const;
+  // Whether the pinned region is registered with `transport` (its memory is reachable by it).
+  bool has_binding(std::string_view transport) const;
 
  private:
   friend class LocalRegistry;

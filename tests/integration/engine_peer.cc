@@ -10,7 +10,16 @@
 //   notifies             every notification since the last call   -> "notify <name> <payload>"...
 //   "end" exit                 -> exits 0
 // The second, "private" buffer is registered but not remote-accessible.
+// The environment adjusts the engine (for locality and fallback tests):
+//   FERRY_PEER_TRANSPORTS=tcp,shm   EngineOptions::transports (default auto)
+//   FERRY_PEER_HOST=10.0.0.2        EngineOptions::host (where it listens and is reached)
+//   FERRY_PEER_HOST_ID=b            EngineOptions::host_id
+//   FERRY_PEER_NONDUMPABLE=1        prctl(PR_SET_DUMPABLE, 0): refuses cross-process access
+//   FERRY_PEER_CXL_WINDOW=/dev/shm/w EngineOptions::cxl_window
+//   FERRY_PEER_MANAGED=1            the buffer comes from allocateManagedBuffer (=cxl: from the
+//                                   cxl window)
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -66,25 +75,50 @@ int main(int argc, char** argv) {
   options.rpc_port = static_cast<uint16_t>(std::atoi(argv[3]));
   options.lease_ttl = std::chrono::milliseconds(3000);
   const size_t bytes = std::strtoull(argv[4], nullptr, 10);
-  // A fixed address, so a restarted peer has its buffer where the old one was (as a restarted
-  // inference worker re-creating its KV pool would): requests planned against the old
-  // descriptor then name valid addresses, and only the incarnation tells them apart.
-  void* where = mmap(reinterpret_cast<void*>(0x7e9000000000), bytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  if (where == MAP_FAILED) {
-    std::perror("mmap");
+  if (const char* t = std::getenv("FERRY_PEER_TRANSPORTS")) {
+    options.transports.clear();
+    std::istringstream names(t);
+    for (std::string name; std::getline(names, name, ',');) options.transports.push_back(name);
+  }
+  if (const char* h = std::getenv("FERRY_PEER_HOST")) options.host = h;
+  if (const char* id = std::getenv("FERRY_PEER_HOST_ID")) options.host_id = id;
+  if (const char* w = std::getenv("FERRY_PEER_CXL_WINDOW")) options.cxl_window = w;
+  if (std::getenv("FERRY_PEER_NONDUMPABLE") != nullptr && prctl(PR_SET_DUMPABLE, 0) != 0) {
+    std::perror("prctl");
     return 1;
   }
-  std::span<unsigned char> buffer(static_cast<unsigned char*>(where), bytes);
-  std::vector<unsigned char> secret(4096, 0x5a);
-
+  const char* managed_env = std::getenv("FERRY_PEER_MANAGED");
+  const bool managed = managed_env != nullptr;
+  const std::string managed_location = managed && std::string(managed_env) == "cxl" ? "cxl" : "cpu";
   ferry::TransferEngine engine;
   ferry::Status s = engine.init(options);
   if (!s.ok()) {
     std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
     return 1;
   }
-  s = engine.registerLocalMemory(buffer.data(), buffer.size());
+  // A fixed address, so a restarted peer has its buffer where the old one was (as a restarted
+  // inference worker re-creating its KV pool would): requests planned against the old
+  // descriptor then name valid addresses, and only the incarnation tells them apart.
+  void* where = nullptr;
+  if (managed) {
+    ferry::Result<void*> allocated = engine.allocateManagedBuffer(bytes, managed_location);
+    if (!allocated.ok()) {
+      std::fprintf(stderr, "allocateManagedBuffer: %s\n", allocated.status().ToString().c_str());
+      return 1;
+    }
+    where = *allocated;
+  } else {
+    where = mmap(reinterpret_cast<void*>(0x7e9000000000), bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (where == MAP_FAILED) {
+      std::perror("mmap");
+      return 1;
+    }
+  }
+  std::span<unsigned char> buffer(static_cast<unsigned char*>(where), bytes);
+  std::vector<unsigned char> secret(4096, 0x5a);
+
+  if (!managed) s = engine.registerLocalMemory(buffer.data(), buffer.size());
   if (s.ok()) s = engine.registerLocalMemory(secret.data(), secret.size(), "*", false);
   if (!s.ok()) {
     std::fprintf(stderr, "register: %s\n", s.ToString().c_str());

@@ -1,5 +1,6 @@
 // Two real processes over loopback: this test's engine (the initiator) and ferry-test-peer
-// (the target), with P2P handshake, etcd, redis and HTTP metadata.
+// (the target), with P2P handshake, etcd, redis and HTTP metadata, over tcp, and over shm
+// with P2P handshake.
 #include <gtest/gtest.h>
 
 #include <cinttypes>
@@ -57,7 +58,14 @@ struct Peer {
   }
 };
 
-class EngineTest : public ::testing::TestWithParam<Meta> {
+// How one run of the suite is set up: the metadata store and the initiator's one transport
+// (the peer installs every transport it can).
+struct Setup {
+  Meta meta;
+  const char* transport;
+};
+
+class EngineTest : public ::testing::TestWithParam<Setup> {
  protected:
   static constexpr size_t kPeerBytes = 8 << 20;
 
@@ -65,7 +73,7 @@ class EngineTest : public ::testing::TestWithParam<Meta> {
     auto dir = TempDir::Create("engine");
     ASSERT_TRUE(dir.ok());
     dir_ = std::make_unique<TempDir>(std::move(dir).value());
-    switch (GetParam()) {
+    switch (GetParam().meta) {
       case Meta::kP2P:
         connection_ = "P2PHANDSHAKE";
         break;
@@ -96,6 +104,7 @@ class EngineTest : public ::testing::TestWithParam<Meta> {
     options.task_timeout = 8s;
     options.request_timeout = 2s;
     options.slice_size = 64 << 10;
+    options.transports = {GetParam().transport};
     ASSERT_TRUE(engine_.init(options).ok());
     local_.assign(kPeerBytes, 0);
     ASSERT_TRUE(engine_.registerLocalMemory(local_.data(), local_.size()).ok());
@@ -104,7 +113,8 @@ class EngineTest : public ::testing::TestWithParam<Meta> {
   // Starts a peer; `port` 0 picks one. The segment name is host:port for P2P, fixed otherwise.
   Peer StartPeer(uint16_t port) {
     Peer peer;
-    const std::string name = GetParam() == Meta::kP2P ? "" : "peer-" + MetaName(GetParam());
+    const Meta meta = GetParam().meta;
+    const std::string name = meta == Meta::kP2P ? "" : "peer-" + MetaName(meta);
     auto child = ChildProcess::SpawnPiped({testing::BinDir() + "/ferry-test-peer", connection_,
                                            name, std::to_string(port), std::to_string(kPeerBytes)},
                                           dir_->path() + "/peer.log");
@@ -307,9 +317,13 @@ TEST_P(EngineTest, PeerRestartedUnderTheSameNameIsDetectedAndRefreshed) {
   EXPECT_EQ(second.Sum(0, offset), Fnv(zeros.data(), offset));
 }
 
-INSTANTIATE_TEST_SUITE_P(Metadata, EngineTest,
-                         ::testing::Values(Meta::kP2P, Meta::kEtcd, Meta::kRedis, Meta::kHttp),
-                         [](const auto& info) { return MetaName(info.param); });
+INSTANTIATE_TEST_SUITE_P(Setups, EngineTest,
+                         ::testing::Values(Setup{Meta::kP2P, "tcp"}, Setup{Meta::kEtcd, "tcp"},
+                                           Setup{Meta::kRedis, "tcp"}, Setup{Meta::kHttp, "tcp"},
+                                           Setup{Meta::kP2P, "shm"}),
+                         [](const auto& info) {
+                           return MetaName(info.param.meta) + "_" + info.param.transport;
+                         });
 
 }  // namespace
 }  // namespace ferry
