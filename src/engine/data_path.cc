@@ -114,29 +114,47 @@ Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferReques
     }
     batch->submitted.fetch_add(requests.size());
   }
-  for (Task* task : fresh) StartTask(task);
+  // Plan every task first, then hand each transport one Submit per peer link with the slices
+  // of all the tasks it carries: same-host transports pay one access grant per Submit.
+  std::vector<Task*> moving;
+  for (Task* task : fresh) {
+    if (PlanAndFinishEarly(task)) moving.push_back(task);
+  }
+  std::stable_sort(moving.begin(), moving.end(), [](const Task* a, const Task* b) {
+    return std::less<>()(a->link.get(), b->link.get());
+  });
+  for (size_t begin = 0; begin < moving.size();) {
+    size_t end = begin + 1;
+    while (end < moving.size() && moving[end]->link == moving[begin]->link) ++end;
+    SubmitSlices(std::span<Task* const>(moving.data() + begin, end - begin));
+    begin = end;
+  }
   return Status::Ok();
 }
 
 // ---- planning ------------------------------------------------------------------------------
 
 void TransferEngine::Impl::StartTask(Task* task) {
+  if (PlanAndFinishEarly(task)) SubmitSlices(std::span<Task* const>(&task, 1));
+}
+
+bool TransferEngine::Impl::PlanAndFinishEarly(Task* task) {
   task->state.store(TransferState::kPending);
   Status planned = PlanTask(task);
   if (!planned.ok()) {
     task->local_pin.Release();
     task->Finish(TransferState::kFailed, planned);
     QueueNotifyIfDone(task->batch);
-    return;
+    return false;
   }
   if (task->slices.empty()) {  // done in place (own segment or zero bytes)
     task->local_pin.Release();
     task->batch->transferred.fetch_add(task->transferred.load());
     task->Finish(TransferState::kCompleted, Status::Ok());
     QueueNotifyIfDone(task->batch);
-    return;
+    return false;
   }
-  SubmitSlices(task);
+  return true;
 }
 
 Status TransferEngine::Impl::PlanTask(Task* task) {
@@ -256,27 +274,32 @@ void TransferEngine::Impl::DropLink(std::string_view transport, std::string_view
 
 // ---- slices and completions ----------------------------------------------------------------
 
-void TransferEngine::Impl::SubmitSlices(Task* task) {
-  // Chunks keep one huge task within the transport's queue bound; back-pressure (Again) is
-  // retried until the task's deadline. Slices that could not be queued complete here with the
-  // error, so the accounting is the same as for slices that failed in flight.
+void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
+  // Chunks keep one huge submission within the transport's queue bound; back-pressure (Again)
+  // is retried until the earliest deadline. Slices that could not be queued complete here with
+  // the error, so the accounting is the same as for slices that failed in flight. Every task's
+  // count is set before the first Submit: completions may run at once, on other threads.
   constexpr size_t kChunk = 1024;
+  Transport* transport = tasks.front()->transport;
+  PeerLink& link = *tasks.front()->link;
+  auto deadline = tasks.front()->deadline;
   std::vector<Slice*> slices;
-  slices.reserve(task->slices.size());
-  for (Slice& s : task->slices) slices.push_back(&s);
-  task->slices_left.store(slices.size());
-  task->batch->slices_in_flight.fetch_add(slices.size());
+  for (Task* task : tasks) {
+    for (Slice& s : task->slices) slices.push_back(&s);
+    task->slices_left.store(task->slices.size());
+    task->batch->slices_in_flight.fetch_add(task->slices.size());
+    deadline = std::min(deadline, task->deadline);
+  }
   for (size_t next = 0; next < slices.size();) {
     const std::span<Slice* const> chunk(slices.data() + next,
                                         std::min(kChunk, slices.size() - next));
-    Status s = task->transport->Submit(*task->link, chunk);
-    while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < task->deadline) {
+    Status s = transport->Submit(link, chunk);
+    while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(100us);
-      s = task->transport->Submit(*task->link, chunk);
+      s = transport->Submit(link, chunk);
     }
     if (!s.ok()) {
-      const Status error =
-          s.WithContext("submitting to '" + std::string(task->transport->name()) + "'");
+      const Status error = s.WithContext("submitting to '" + std::string(transport->name()) + "'");
       for (size_t i = next; i < slices.size(); ++i) CompleteSlice(slices[i], error);
       return;
     }

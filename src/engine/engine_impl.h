@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,11 +88,15 @@ class TransferEngine::Impl final : public TransportContext {
   // Data path (data_path.cc).
   engine::Batch* FindBatch(BatchId id);
   void StartTask(engine::Task* task);
+  // Plans `task`; finishes it at once when it failed to plan or needs no transport (own segment,
+  // zero bytes). True when its slices are to be submitted.
+  bool PlanAndFinishEarly(engine::Task* task);
   // Resolves the target and plans slices; Ok with no slices when it was done locally.
   Status PlanTask(engine::Task* task);
   // A request to this engine's own segment: both ranges pinned, then memmove.
   Status LocalCopy(engine::Task* task);
-  void SubmitSlices(engine::Task* task);
+  // Submits the slices of `tasks`, which share one transport and peer link.
+  void SubmitSlices(std::span<engine::Task* const> tasks);
   void OnAllSlicesDone(engine::Task* task);
   void EndAttempt(engine::Task* task);
   // Hands `task` to the progress thread for another attempt (RetryTask).
