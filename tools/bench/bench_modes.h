@@ -8,8 +8,10 @@
 
 namespace ferry::bench {
 
-// Starts an engine, registers options.EffectiveBufferSize() bytes (filled with the target pattern
-// under --check) and prints "ready segment=<name> addr=0x<hex> len=<bytes>" on stdout, flushed.
+// Starts an engine, registers options.EffectiveBufferSize() bytes (managed under --managed; filled
+// with the target pattern under --check) and prints, on stdout, flushed,
+//   "ready segment=<name> addr=0x<hex> len=<bytes> protocol=<--protocol> managed=0|1"
+// (an initiator needs segment= and addr=; the rest says what it runs against).
 // Serves until a stop signal, or for options.duration_s when duration_given.
 int RunTarget(const BenchOptions& options, StopSignals& signals);
 

@@ -39,6 +39,17 @@ Status ParseCount(std::string_view flag, std::string_view value, uint64_t max, u
   return Status::Ok();
 }
 
+// The comma-separated items of `text`, empty ones included ("a,,b" -> {"a", "", "b"}).
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> items;
+  while (true) {
+    const size_t comma = text.find(',');
+    items.emplace_back(text.substr(0, comma));
+    if (comma == std::string_view::npos) return items;
+    text.remove_prefix(comma + 1);
+  }
+}
+
 Status ParseSizeFlag(std::string_view flag, std::string_view value, uint64_t& out) {
   Result<uint64_t> bytes = ParseByteSize(value);
   if (!bytes.ok()) return BadValue(flag, value, "bytes, e.g. 4096, 64K, 4M, 1G");
@@ -93,6 +104,13 @@ Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptio
     out.duration_given = true;
     return Status::Ok();
   }
+  if (flag == "cxl_window_size") {
+    if (value == "0") {
+      out.cxl_window_size = 0;
+      return Status::Ok();
+    }
+    return ParseSizeFlag(flag, value, out.cxl_window_size);
+  }
   if (flag == "block_size") return ParseSizeFlag(flag, value, out.block_size);
   if (flag == "buffer_size") return ParseSizeFlag(flag, value, out.buffer_size);
   if (flag == "batch_size") return ParseCount(flag, value, 1 << 16, out.batch_size);
@@ -102,25 +120,30 @@ Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptio
 
 // Applies one "--flag=value" to `out`. `has_value` is false for a bare "--flag".
 Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, BenchOptions& out) {
-  if (flag == "check" || flag == "json") {
+  if (flag == "check" || flag == "json" || flag == "managed") {
     const auto on = has_value ? ParseBool(value) : std::optional<bool>(true);
     if (!on) return BadValue(flag, value, "true|false");
-    (flag == "check" ? out.check : out.json) = *on;
+    (flag == "check" ? out.check : flag == "json" ? out.json : out.managed) = *on;
     return Status::Ok();
   }
   if (!has_value) {
     static constexpr std::string_view kValueFlags[] = {
-        "mode",       "operation",  "metadata_server", "local_server_name", "host",
-        "rpc_port",   "segment_id", "target_addr",     "protocol",          "block_size",
-        "batch_size", "threads",    "duration",        "buffer_size"};
+        "mode",          "operation",    "metadata_server", "local_server_name", "host",
+        "rpc_port",      "segment_id",   "target_addr",     "protocol",          "block_size",
+        "batch_size",    "threads",      "duration",        "buffer_size",       "host_id",
+        "rdma_provider", "rdma_devices", "cxl_window",      "cxl_window_size"};
     const bool known =
         std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
     return InvalidArgumentError(known ? "flag --" + std::string(flag) + " needs =<value>"
                                       : "unknown flag '--" + std::string(flag) + "'");
   }
   if (flag == "mode" || flag == "operation") return ApplyEnumFlag(flag, value, out);
-  if (flag == "metadata_server" || flag == "host" || flag == "segment_id" || flag == "protocol") {
-    if (value.empty()) return BadValue(flag, value, "a non-empty string");
+  static constexpr std::string_view kNonEmpty[] = {"metadata_server", "host",      "segment_id",
+                                                   "protocol",        "host_id",   "rdma_provider",
+                                                   "rdma_devices",    "cxl_window"};
+  if (value.empty() &&
+      std::find(std::begin(kNonEmpty), std::end(kNonEmpty), flag) != std::end(kNonEmpty)) {
+    return BadValue(flag, value, "a non-empty string");
   }
   if (flag == "metadata_server") {
     out.metadata_server = std::string(value);
@@ -132,8 +155,51 @@ Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, 
     out.segment_id = std::string(value);
   } else if (flag == "protocol") {
     out.protocol = std::string(value);
+  } else if (flag == "host_id") {
+    out.host_id = std::string(value);
+  } else if (flag == "rdma_provider") {
+    out.rdma_provider = std::string(value);
+  } else if (flag == "cxl_window") {
+    out.cxl_window = std::string(value);
+  } else if (flag == "rdma_devices") {
+    out.rdma_devices = SplitList(value);
+    if (std::find(out.rdma_devices.begin(), out.rdma_devices.end(), "") != out.rdma_devices.end()) {
+      return BadValue(flag, value, "device names separated by commas, e.g. mlx5_0,mlx5_1");
+    }
   } else {
     return ApplyNumberFlag(flag, value, out);
+  }
+  return Status::Ok();
+}
+
+// Checks --protocol against the other transport flags: names are non-empty and distinct, "auto"
+// stands alone, cxl comes with a window, and --managed with a transport that shares memory.
+Status ValidateTransports(const BenchOptions& o) {
+  const std::vector<std::string> names = SplitList(o.protocol);
+  auto named = [&](std::string_view name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].empty() || std::find(names.begin() + static_cast<ptrdiff_t>(i) + 1, names.end(),
+                                      names[i]) != names.end()) {
+      return BadValue("protocol", o.protocol, "distinct transport names, e.g. tcp,shm");
+    }
+  }
+  const bool automatic = named("auto");
+  if (automatic && names.size() > 1) return BadValue("protocol", o.protocol, "auto stands alone");
+  if (named("cxl") && o.cxl_window.empty()) {
+    return InvalidArgumentError("--protocol=" + o.protocol + " needs --cxl_window");
+  }
+  if (o.cxl_window_size != 0 && o.cxl_window.empty()) {
+    return InvalidArgumentError("--cxl_window_size needs --cxl_window");
+  }
+  if (o.managed) {
+    const char* needed = o.cxl_window.empty() ? "shm" : "cxl";
+    if (!automatic && !named(needed)) {
+      return InvalidArgumentError(
+          std::string("--managed") + (o.cxl_window.empty() ? "" : " with --cxl_window") +
+          " needs the " + needed + " transport (--protocol=" + needed + " or auto)");
+    }
   }
   return Status::Ok();
 }
@@ -141,6 +207,7 @@ Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, 
 // Checks the combination of flags; the single flags were checked as they were parsed.
 Status Validate(const BenchOptions& o) {
   if (o.help) return Status::Ok();
+  RETURN_IF_ERROR(ValidateTransports(o));
   if (o.mode == BenchMode::kInitiator) {
     if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
     if (o.target_addr == 0) {
@@ -167,15 +234,29 @@ uint64_t BenchOptions::EffectiveBufferSize() const {
 }
 
 std::vector<std::string> BenchOptions::Transports() const {
-  std::vector<std::string> names;
-  size_t start = 0;
-  while (start <= protocol.size()) {
-    size_t comma = protocol.find(',', start);
-    if (comma == std::string::npos) comma = protocol.size();
-    if (comma > start) names.push_back(protocol.substr(start, comma - start));
-    start = comma + 1;
-  }
+  std::vector<std::string> names = SplitList(protocol);
+  names.erase(std::remove(names.begin(), names.end(), ""), names.end());
   return names;
+}
+
+std::string BenchOptions::TransportHint() const {
+  const std::vector<std::string> names = Transports();
+  return names.size() == 1 && names[0] != "auto" ? names[0] : "";
+}
+
+EngineOptions MakeEngineOptions(const BenchOptions& o) {
+  EngineOptions e;
+  e.metadata_conn = o.metadata_server;
+  e.local_server_name = o.local_server_name;
+  e.host = o.host;
+  e.rpc_port = o.rpc_port;
+  e.transports = o.Transports();
+  e.host_id = o.host_id;
+  e.rdma_provider = o.rdma_provider;
+  e.rdma_devices = o.rdma_devices;
+  e.cxl_window = o.cxl_window;
+  e.cxl_window_size = o.cxl_window_size;
+  return e;
 }
 
 Result<uint64_t> ParseByteSize(std::string_view text) {
@@ -236,7 +317,7 @@ Measures ferry transfers between two processes, as Mooncake's transfer_engine_be
 
   target:     ferry-bench --mode=target [--check]
               registers --buffer_size bytes and prints, once reachable:
-                ready segment=<name> addr=<hex address> len=<bytes>
+                ready segment=<name> addr=<hex address> len=<bytes> protocol=<p> managed=0|1
               then serves until SIGINT/SIGTERM (or --duration, when given).
   initiator:  ferry-bench --mode=initiator --segment_id=<name> --target_addr=<hex> [flags]
               runs --threads threads for --duration seconds; each submits batches of
@@ -253,7 +334,20 @@ flags:
   --segment_id=NAME           initiator: the target's segment name (its ready line)
   --target_addr=HEX           initiator: the target's buffer address (its ready line); the
                               facade cannot list a segment's buffers, so it is passed along
-  --protocol=NAME             transport(s) to install: tcp, a comma list, or auto (default tcp)
+  --protocol=NAME             transport(s) to install: tcp, shm, cxl, rdma, a comma list, or
+                              auto (tcp + shm, + cxl with --cxl_window, + rdma when a NIC or
+                              --rdma_provider is there) (default tcp). Exactly one name also
+                              makes every request ask for that transport (TransferRequest::
+                              transport); a list or auto lets the engine choose.
+  --host_id=ID                this engine's host identity: engines with different ids never
+                              use same-host transports between them (default: detected)
+  --rdma_provider=P           rdma: libfabric provider, e.g. "verbs;ofi_rxm" (default: probe)
+  --rdma_devices=a,b          rdma: the NICs to use (default: all)
+  --cxl_window=PATH           cxl: the shared window (DAX device or file) to map
+  --cxl_window_size=BYTES     cxl: bytes of the window to use (default 0: all of it)
+  --managed                   allocate the buffer with allocateManagedBuffer (shareable memfd
+                              memory; in the cxl window with --cxl_window) instead of plain
+                              pages: the target's buffer, and the initiator's local one
   --operation=read|write      (default write)
   --block_size=BYTES          bytes per request; K/M/G suffixes (default 64K)
   --batch_size=N              requests per batch (default 32)
@@ -265,7 +359,9 @@ flags:
                               started with --check, before any write ran against it).
                               initiator write: write a fresh pattern, read it back into a
                               second buffer at the end and compare every byte.
-  --json                      initiator: print one JSON line instead of the summary
+  --json                      initiator: print one JSON line instead of the summary; its
+                              "transport" names what carried the tasks ("shm", "tcp", or
+                              several joined by '+'), sampled from one task per batch
   --help
 
 The initiator exits 1 when a task failed or --check found a mismatch, 2 on bad flags.

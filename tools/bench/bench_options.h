@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/options.h"
 #include "ferry/status.h"
 
 namespace ferry::bench {
@@ -26,7 +27,18 @@ struct BenchOptions {
   uint16_t rpc_port = 0;     // 0: a free port (the target prints its segment name)
   std::string segment_id;    // initiator: the target's segment name
   uint64_t target_addr = 0;  // initiator: the target's buffer address ("addr=" of its ready line)
-  std::string protocol = "tcp";  // a transport name, a comma list, or "auto"
+  // Transports to install: a name (tcp, shm, cxl, rdma), a comma list, or "auto". Exactly one
+  // name also becomes every request's TransferRequest::transport hint. tcp stays the default so
+  // that a bare run measures the same thing on one host and across hosts.
+  std::string protocol = "tcp";
+  std::string host_id;        // EngineOptions::host_id; empty: the detected host identity
+  std::string rdma_provider;  // EngineOptions::rdma_provider
+  std::vector<std::string> rdma_devices;  // EngineOptions::rdma_devices ("a,b")
+  std::string cxl_window;                 // EngineOptions::cxl_window
+  uint64_t cxl_window_size = 0;           // EngineOptions::cxl_window_size; 0: the window's size
+  // The buffer comes from allocateManagedBuffer (location "cxl" with --cxl_window, else "cpu")
+  // instead of plain registered pages: the target's buffer, and the initiator's local one.
+  bool managed = false;
   BenchOperation operation = BenchOperation::kWrite;
   uint64_t block_size = 65536;
   uint64_t batch_size = 32;
@@ -46,6 +58,11 @@ struct BenchOptions {
   uint64_t EffectiveBufferSize() const;
   // EngineOptions::transports for --protocol ("auto" -> {"auto"}).
   std::vector<std::string> Transports() const;
+  // The TransferRequest::transport hint: the one transport --protocol names; empty for "auto"
+  // or a list (the engine's selection policy chooses then).
+  std::string TransportHint() const;
+  // The allocateManagedBuffer location --managed uses: "cxl" with --cxl_window, else "cpu".
+  std::string ManagedLocation() const { return cxl_window.empty() ? "cpu" : "cxl"; }
 };
 
 // Parses argv[1..]. Errors: InvalidArgument naming the flag (unknown flag, missing or bad value,
@@ -55,6 +72,10 @@ Result<BenchOptions> ParseBenchOptions(const std::vector<std::string>& args);
 // "4096", "64K", "1M", "2G" (binary multiples; "KiB"/"MiB"/"GiB" and lower case also accepted).
 // Errors: InvalidArgument for anything else, zero, or a value past 2^48.
 Result<uint64_t> ParseByteSize(std::string_view text);
+
+// The engine configuration the flags ask for: metadata, name, host, port, transports, host_id,
+// rdma and cxl settings; every other field keeps its EngineOptions default.
+EngineOptions MakeEngineOptions(const BenchOptions& options);
 
 // The --help text.
 std::string BenchUsage();

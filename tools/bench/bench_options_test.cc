@@ -34,6 +34,11 @@ TEST(BenchOptionsTest, DefaultsForAnInitiator) {
   EXPECT_EQ(o->EffectiveBufferSize(), uint64_t{256} << 20);
   EXPECT_FALSE(o->check);
   EXPECT_FALSE(o->json);
+  EXPECT_EQ(o->protocol, "tcp");
+  EXPECT_EQ(o->TransportHint(), "tcp");
+  EXPECT_TRUE(o->host_id.empty());
+  EXPECT_FALSE(o->managed);
+  EXPECT_EQ(o->ManagedLocation(), "cpu");
 }
 
 TEST(BenchOptionsTest, ParsesEveryFlag) {
@@ -61,6 +66,82 @@ TEST(BenchOptionsTest, ParsesEveryFlag) {
   EXPECT_TRUE(o->json);
 }
 
+TEST(BenchOptionsTest, ParsesTheTransportFlags) {
+  Result<BenchOptions> o = Parse({"--mode=target", "--protocol=shm,cxl,rdma", "--host_id=left",
+                                  "--rdma_provider=verbs;ofi_rxm", "--rdma_devices=mlx5_0,mlx5_1",
+                                  "--cxl_window=/dev/dax0.0", "--cxl_window_size=1G", "--managed"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->host_id, "left");
+  EXPECT_EQ(o->rdma_provider, "verbs;ofi_rxm");
+  EXPECT_EQ(o->rdma_devices, (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  EXPECT_EQ(o->cxl_window, "/dev/dax0.0");
+  EXPECT_EQ(o->cxl_window_size, uint64_t{1} << 30);
+  EXPECT_TRUE(o->managed);
+  EXPECT_EQ(o->ManagedLocation(), "cxl");
+  EXPECT_EQ(o->TransportHint(), "");  // a list: the engine chooses
+
+  const EngineOptions e = MakeEngineOptions(*o);
+  EXPECT_EQ(e.transports, (std::vector<std::string>{"shm", "cxl", "rdma"}));
+  EXPECT_EQ(e.host_id, "left");
+  EXPECT_EQ(e.rdma_provider, "verbs;ofi_rxm");
+  EXPECT_EQ(e.rdma_devices, (std::vector<std::string>{"mlx5_0", "mlx5_1"}));
+  EXPECT_EQ(e.cxl_window, "/dev/dax0.0");
+  EXPECT_EQ(e.cxl_window_size, uint64_t{1} << 30);
+}
+
+TEST(BenchOptionsTest, EngineOptionsFollowTheFlags) {
+  Result<BenchOptions> o =
+      Parse({"--mode=target", "--metadata_server=http://127.0.0.1:8080/metadata",
+             "--local_server_name=me", "--host=127.0.0.2", "--rpc_port=15000"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  const EngineOptions e = MakeEngineOptions(*o);
+  EXPECT_EQ(e.metadata_conn, "http://127.0.0.1:8080/metadata");
+  EXPECT_EQ(e.local_server_name, "me");
+  EXPECT_EQ(e.host, "127.0.0.2");
+  EXPECT_EQ(e.rpc_port, 15000);
+  EXPECT_EQ(e.transports, std::vector<std::string>{"tcp"});
+  EXPECT_TRUE(e.host_id.empty());
+  EXPECT_TRUE(e.cxl_window.empty());
+  EXPECT_EQ(e.cxl_window_size, 0u);
+  EXPECT_TRUE(e.rdma_devices.empty());
+  // Everything ferry-bench has no flag for keeps the engine's default.
+  EXPECT_EQ(e.task_timeout, EngineOptions{}.task_timeout);
+  EXPECT_EQ(e.shm_dir, EngineOptions{}.shm_dir);
+}
+
+TEST(BenchOptionsTest, OneNamedTransportIsTheRequestHint) {
+  for (const char* name : {"tcp", "shm", "rdma"}) {
+    Result<BenchOptions> o = Parse({"--mode=target", std::string("--protocol=") + name});
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o->TransportHint(), name);
+  }
+  Result<BenchOptions> cxl =
+      Parse({"--mode=target", "--protocol=cxl", "--cxl_window=/w", "--cxl_window_size=0"});
+  ASSERT_TRUE(cxl.ok()) << cxl.status();
+  EXPECT_EQ(cxl->TransportHint(), "cxl");
+  EXPECT_EQ(cxl->cxl_window_size, 0u);  // all of the window
+  Result<BenchOptions> automatic = Parse({"--mode=target", "--protocol=auto"});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->TransportHint(), "");
+}
+
+TEST(BenchOptionsTest, ManagedNeedsATransportThatSharesMemory) {
+  EXPECT_TRUE(Parse({"--mode=target", "--protocol=shm", "--managed"}).ok());
+  EXPECT_TRUE(Parse({"--mode=target", "--protocol=tcp,shm", "--managed=true"}).ok());
+  EXPECT_TRUE(Parse({"--mode=target", "--protocol=auto", "--managed"}).ok());
+  EXPECT_TRUE(Parse({"--mode=target", "--managed=false"}).ok());  // tcp, plain pages
+  EXPECT_TRUE(Parse({"--mode=target", "--protocol=cxl", "--cxl_window=/w", "--managed"}).ok());
+  EXPECT_TRUE(Parse({"--mode=target", "--protocol=auto", "--cxl_window=/w", "--managed"}).ok());
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--mode=target", "--managed"},  // tcp alone cannot share memory
+           {"--mode=target", "--protocol=shm", "--cxl_window=/w", "--managed"},
+           {"--mode=target", "--managed=perhaps", "--protocol=shm"}}) {
+    Result<BenchOptions> o = Parse(args);
+    EXPECT_FALSE(o.ok()) << args[1];
+    if (!o.ok()) EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(BenchOptionsTest, TargetNeedsNoPeerAndAutoIsOneName) {
   Result<BenchOptions> o = Parse({"--mode=target", "--protocol=auto", "-check"});
   ASSERT_TRUE(o.ok()) << o.status();
@@ -86,7 +167,20 @@ TEST(BenchOptionsTest, RejectsBadInput) {
       {"--segment_id=x"},
       {"--target_addr=0x10"},
       {"--mode=target", "--block_size=1M", "--buffer_size=16M"},
-      {"--segment_id=x", "--target_addr=zz"}};
+      {"--segment_id=x", "--target_addr=zz"},
+      {"--mode=target", "--host_id="},
+      {"--mode=target", "--host_id"},
+      {"--mode=target", "--rdma_provider="},
+      {"--mode=target", "--rdma_devices=a,,b"},
+      {"--mode=target", "--rdma_devices=a,"},
+      {"--mode=target", "--cxl_window="},
+      {"--mode=target", "--cxl_window=/w", "--cxl_window_size=-1"},
+      {"--mode=target", "--cxl_window_size=1G"},  // no window to size
+      {"--mode=target", "--protocol=cxl"},        // no window
+      {"--mode=target", "--protocol=auto,tcp"},
+      {"--mode=target", "--protocol=tcp,tcp"},
+      {"--mode=target", "--protocol=tcp,"},
+      {"--mode=target", "--protocol=,shm"}};
   for (const auto& args : bad) {
     Result<BenchOptions> o = Parse(args);
     EXPECT_FALSE(o.ok()) << args.back();
@@ -158,6 +252,7 @@ TEST(ReportTest, PercentilesAndJson) {
   EXPECT_EQ(json.back(), '}');
   EXPECT_NE(json.find("\"operation\":\"write\""), std::string::npos);
   EXPECT_NE(json.find("\"protocol\":\"tcp\""), std::string::npos);
+  EXPECT_NE(json.find("\"transport\":\"\""), std::string::npos);  // none seen
   EXPECT_NE(json.find("\"block_size\":4096"), std::string::npos);
   EXPECT_NE(json.find("\"gbps\":1.000000"), std::string::npos);
   EXPECT_NE(json.find("\"errors\":0"), std::string::npos);
@@ -165,6 +260,23 @@ TEST(ReportTest, PercentilesAndJson) {
        {"batch_size", "threads", "bytes", "seconds", "ops_per_s", "p50_us", "p99_us"}) {
     EXPECT_NE(json.find("\"" + std::string(key) + "\":"), std::string::npos) << key;
   }
+}
+
+TEST(ReportTest, NamesTheTransportsThatCarriedTheTasks) {
+  EXPECT_EQ(JoinTransports({}), "");
+  EXPECT_EQ(JoinTransports({"shm"}), "shm");
+  EXPECT_EQ(JoinTransports({"tcp", "shm", "tcp", ""}), "shm+tcp");
+
+  BenchOptions o;
+  o.protocol = "auto";
+  BenchResult r;
+  r.transport = "shm";
+  const std::string json = FormatJson(o, r);
+  EXPECT_NE(json.find("\"protocol\":\"auto\",\"transport\":\"shm\""), std::string::npos) << json;
+  EXPECT_NE(FormatSummary(o, r).find("over auto (carried by shm)"), std::string::npos)
+      << FormatSummary(o, r);
+  r.transport.clear();
+  EXPECT_NE(FormatSummary(o, r).find("(carried by -)"), std::string::npos);
 }
 
 }  // namespace

@@ -27,6 +27,17 @@ std::string JsonString(const std::string& text) {
 
 }  // namespace
 
+std::string JoinTransports(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::string out;
+  for (const std::string& name : names) {
+    if (name.empty()) continue;
+    out += (out.empty() ? "" : "+") + name;
+  }
+  return out;
+}
+
 double Percentile(std::vector<double>& samples, double p) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
@@ -47,15 +58,17 @@ std::string FormatJson(const BenchOptions& o, const BenchResult& r) {
                 static_cast<unsigned long long>(r.bytes), r.seconds, r.Gbps(), r.OpsPerSecond(),
                 r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
   return "{\"operation\":" + JsonString(std::string(OperationName(o.operation))) +
-         ",\"protocol\":" + JsonString(o.protocol) + "," + numbers + "}";
+         ",\"protocol\":" + JsonString(o.protocol) + ",\"transport\":" + JsonString(r.transport) +
+         "," + numbers + "}";
 }
 
 std::string FormatSummary(const BenchOptions& o, const BenchResult& r) {
   char line[512];
   std::snprintf(line, sizeof(line),
-                "%s over %s: block %llu B, batch %llu, %llu thread(s), %.2f s\n"
+                "%s over %s (carried by %s): block %llu B, batch %llu, %llu thread(s), %.2f s\n"
                 "  %.3f GB/s, %.0f ops/s, batch latency p50 %.1f us, p99 %.1f us, %llu error(s)",
                 std::string(OperationName(o.operation)).c_str(), o.protocol.c_str(),
+                r.transport.empty() ? "-" : r.transport.c_str(),
                 static_cast<unsigned long long>(o.block_size),
                 static_cast<unsigned long long>(o.batch_size),
                 static_cast<unsigned long long>(o.threads), r.seconds, r.Gbps(), r.OpsPerSecond(),

@@ -1,6 +1,6 @@
 // What one initiator run measured, and its two printed forms: the human summary and the --json
-// line (keys: operation, protocol, block_size, batch_size, threads, bytes, seconds, gbps,
-// ops_per_s, p50_us, p99_us, errors).
+// line (keys: operation, protocol, transport, block_size, batch_size, threads, bytes, seconds,
+// gbps, ops_per_s, p50_us, p99_us, errors).
 //
 // Thread contract: value types and pure functions; safe from any thread.
 #pragma once
@@ -21,10 +21,16 @@ struct BenchResult {
   double p99_us = 0;
   uint64_t errors = 0;      // failed tasks, plus one per failed submit/poll/check
   std::string first_error;  // empty when errors == 0
+  // The transports that carried completed tasks (TransferStatus::transport, one task sampled per
+  // batch), sorted and joined by '+' ("shm", "shm+tcp"); empty when none was seen.
+  std::string transport;
 
   double Gbps() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
   double OpsPerSecond() const { return seconds > 0 ? static_cast<double>(ops) / seconds : 0; }
 };
+
+// `names` sorted, without repeats or empty names, joined by '+'.
+std::string JoinTransports(std::vector<std::string> names);
 
 // The nearest-rank percentile (0 < p <= 100) of `samples`, which it sorts; 0 when empty.
 double Percentile(std::vector<double>& samples, double p);

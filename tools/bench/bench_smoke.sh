@@ -1,42 +1,66 @@
 #!/usr/bin/env bash
-# ctest smoke run of ferry-bench: a target and two short initiators (read, then write) on
-# 127.0.0.1 with P2PHANDSHAKE and --check, so the tool and its ready-line protocol cannot rot.
+# ctest smoke run of ferry-bench, so the tool and its ready-line protocol cannot rot:
+#  1. a tcp target and two short tcp initiators (read, then write) on 127.0.0.1 with
+#     P2PHANDSHAKE and --check;
+#  2. a --protocol=auto --managed target: an auto initiator reading (--check) must be carried
+#     by shm (two engines on one host), then an shm initiator with its own --managed buffer
+#     writing (--check).
 #   bench_smoke.sh <path to ferry-bench>
 set -euo pipefail
 bench=$1
 work=$(mktemp -d)
 target_pid=""
-cleanup() {
+stop_target() {
   if [[ -n "$target_pid" ]] && kill -0 "$target_pid" 2>/dev/null; then
     kill -TERM "$target_pid" 2>/dev/null || true
     wait "$target_pid" 2>/dev/null || true
   fi
+  target_pid=""
+}
+cleanup() {
+  stop_target
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$bench" --mode=target --check --buffer_size=4M --protocol=tcp >"$work/out" 2>"$work/err" &
-target_pid=$!
-ready=""
-for _ in $(seq 300); do
-  ready=$(grep -m1 '^ready ' "$work/out" || true)
-  [[ -n "$ready" ]] && break
-  kill -0 "$target_pid" 2>/dev/null || break
-  sleep 0.1
-done
-[[ -n "$ready" ]] || { echo "target not ready"; cat "$work/err"; exit 1; }
-segment=$(sed -n 's/.* segment=\([^ ]*\).*/\1/p' <<<"$ready")
-addr=$(sed -n 's/.* addr=\([^ ]*\).*/\1/p' <<<"$ready")
+# start_target <flags...>: sets target_pid, segment and addr once the ready line is there.
+start_target() {
+  "$bench" --mode=target --check --buffer_size=4M "$@" >"$work/out" 2>"$work/err" &
+  target_pid=$!
+  ready=""
+  for _ in $(seq 300); do
+    ready=$(grep -m1 '^ready ' "$work/out" || true)
+    [[ -n "$ready" ]] && break
+    kill -0 "$target_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [[ -n "$ready" ]] || { echo "target not ready"; cat "$work/err"; exit 1; }
+  segment=$(sed -n 's/.* segment=\([^ ]*\).*/\1/p' <<<"$ready")
+  addr=$(sed -n 's/.* addr=\([^ ]*\).*/\1/p' <<<"$ready")
+}
 
-for op in read write; do
-  json=$(timeout 60 "$bench" --mode=initiator --check --json --protocol=tcp \
-    --segment_id="$segment" --target_addr="$addr" --operation="$op" --block_size=16K \
-    --batch_size=8 --threads=2 --duration=0.3)
+# run_initiator <want transport> <flags...>: one short --check run that must end without errors
+# and be carried by <want>.
+run_initiator() {
+  local want=$1 json
+  shift
+  json=$(timeout 60 "$bench" --mode=initiator --check --json --segment_id="$segment" \
+    --target_addr="$addr" --block_size=16K --batch_size=8 --threads=2 --duration=0.3 "$@")
   echo "$json"
   grep -q '"errors":0' <<<"$json"
-done
+  grep -q "\"transport\":\"$want\"" <<<"$json" || { echo "want transport $want"; exit 1; }
+}
 
+start_target --protocol=tcp
+for op in read write; do run_initiator tcp --protocol=tcp --operation="$op"; done
 # The target exits 0 on SIGTERM.
+kill -TERM "$target_pid"
+wait "$target_pid"
+target_pid=""
+
+start_target --protocol=auto --managed
+run_initiator shm --protocol=auto --operation=read
+run_initiator shm --protocol=shm --managed --operation=write
 kill -TERM "$target_pid"
 wait "$target_pid"
 target_pid=""

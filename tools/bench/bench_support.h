@@ -17,6 +17,8 @@ class PageBuffer {
  public:
   // Errors: InvalidArgument for zero bytes; Unavailable (with errno text) when mmap fails.
   static Result<PageBuffer> Allocate(size_t size);
+  // An empty buffer that owns nothing (data() is null).
+  PageBuffer() = default;
 
   PageBuffer(PageBuffer&& other) noexcept;
   PageBuffer& operator=(PageBuffer&& other) noexcept;

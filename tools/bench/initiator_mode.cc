@@ -6,12 +6,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_buffer.h"
 #include "bench/bench_modes.h"
 #include "bench/bench_report.h"
 #include "bench/pattern.h"
@@ -66,22 +68,25 @@ class RunState {
 struct WorkerResult {
   uint64_t ops = 0;
   std::vector<double> latencies_us;
+  std::vector<std::string> transports;  // distinct TransferStatus::transport values seen
   Clock::time_point finished;
 };
 
 struct BatchOutcome {
   BatchStatus status;
   double latency_us = 0;  // submit until every task was done
+  std::string transport;  // what carried the sampled task; empty unless the batch completed
 };
 
 // batch_size requests of block_size bytes: block i moves local + i * block to/from remote_addr +
-// i * block of segment `target`.
+// i * block of segment `target`, each with --protocol's transport hint.
 std::vector<TransferRequest> BuildRequests(const BenchOptions& o, OpCode op, uint8_t* local,
                                            SegmentId target, uint64_t remote_addr) {
+  const std::string hint = o.TransportHint();
   std::vector<TransferRequest> requests(o.batch_size);
   for (uint64_t i = 0; i < o.batch_size; ++i) {
-    requests[i] = {op, local + i * o.block_size, target, remote_addr + i * o.block_size,
-                   o.block_size};
+    requests[i] = {
+        op, local + i * o.block_size, target, remote_addr + i * o.block_size, o.block_size, hint};
   }
   return requests;
 }
@@ -98,11 +103,13 @@ Status FreeBatch(TransferEngine& engine, BatchId batch, Clock::time_point start)
   }
 }
 
-// Submits `requests` as one batch, spins until every task is done and frees the batch.
+// Submits `requests` as one batch, spins until every task is done and frees the batch. When the
+// batch completed, the transport of task `sample_task` (modulo the batch size) is sampled
+// with one getTransferStatus: one call per batch, outside the wait.
 // Errors: a failed allocate/submit/status/free call, or Timeout after kBatchTimeout (the batch
 // is then left allocated: the engine still owns its tasks).
-Result<BatchOutcome> RunBatch(TransferEngine& engine,
-                              const std::vector<TransferRequest>& requests) {
+Result<BatchOutcome> RunBatch(TransferEngine& engine, const std::vector<TransferRequest>& requests,
+                              uint64_t sample_task = 0) {
   Result<BatchId> batch = engine.allocateBatchID(requests.size());
   if (!batch.ok()) return batch.status().WithContext("allocateBatchID");
   const auto start = Clock::now();
@@ -115,8 +122,16 @@ Result<BatchOutcome> RunBatch(TransferEngine& engine,
     if (!status.ok()) return status.status().WithContext("getBatchTransferStatus");
     if (status->state != TransferState::kPending && status->state != TransferState::kWaiting) {
       const auto done = Clock::now();
+      BatchOutcome outcome{*status, std::chrono::duration<double, std::micro>(done - start).count(),
+                           ""};
+      if (status->state == TransferState::kCompleted && !requests.empty()) {
+        Result<TransferStatus> task =
+            engine.getTransferStatus(*batch, sample_task % requests.size());
+        if (!task.ok()) return task.status().WithContext("getTransferStatus");
+        outcome.transport = std::move(task->transport);
+      }
       RETURN_IF_ERROR(FreeBatch(engine, *batch, start));
-      return BatchOutcome{*status, std::chrono::duration<double, std::micro>(done - start).count()};
+      return outcome;
     }
     if (Clock::now() - start > kBatchTimeout) {
       return TimeoutError("batch not done " + std::to_string(kBatchTimeout.count()) +
@@ -150,9 +165,10 @@ WorkerResult Worker(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   const bool read = o.operation == BenchOperation::kRead;
   const auto requests = BuildRequests(o, read ? OpCode::kRead : OpCode::kWrite, local, target,
                                       o.target_addr + slice_offset);
+  uint64_t batches = 0;
   while (!state.stopped()) {
     if (o.check && read) std::memset(local, kPoison, o.SliceBytes());
-    Result<BatchOutcome> outcome = RunBatch(engine, requests);
+    Result<BatchOutcome> outcome = RunBatch(engine, requests, batches++);
     if (!outcome.ok()) {
       state.Fail(1, outcome.status().ToString());
       break;
@@ -161,6 +177,10 @@ WorkerResult Worker(TransferEngine& engine, const BenchOptions& o, SegmentId tar
     result.ops += status.completed;
     state.AddOps(status.completed);
     result.latencies_us.push_back(outcome->latency_us);
+    if (!outcome->transport.empty() && std::find(result.transports.begin(), result.transports.end(),
+                                                 outcome->transport) == result.transports.end()) {
+      result.transports.push_back(std::move(outcome->transport));
+    }
     if (status.failed > 0 || status.state != TransferState::kCompleted) {
       state.Fail(std::max<uint64_t>(status.failed, 1), status.first_error.ToString());
       break;
@@ -263,12 +283,15 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
 
   BenchResult r;
   std::vector<double> latencies;
+  std::vector<std::string> transports;
   auto finished = start;
   for (auto& w : results) {
     r.ops += w.ops;
     latencies.insert(latencies.end(), w.latencies_us.begin(), w.latencies_us.end());
+    transports.insert(transports.end(), w.transports.begin(), w.transports.end());
     finished = std::max(finished, w.finished);
   }
+  r.transport = JoinTransports(std::move(transports));
   r.bytes = r.ops * o.block_size;
   r.seconds = std::chrono::duration<double>(finished - start).count();
   r.p50_us = Percentile(latencies, 50);
@@ -281,35 +304,27 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
 }  // namespace
 
 int RunInitiator(const BenchOptions& o, StopSignals& signals) {
-  Result<PageBuffer> buffer = PageBuffer::Allocate(o.EffectiveBufferSize());
+  TransferEngine engine;  // declared first: it outlives the buffer registered with it
+  if (Status s = engine.init(MakeEngineOptions(o)); !s.ok()) return Fail("init", s);
+  Result<std::unique_ptr<BenchBuffer>> buffer =
+      BenchBuffer::Create(engine, o.EffectiveBufferSize(), o.managed, o.ManagedLocation());
   if (!buffer.ok()) return Fail("allocating the buffer", buffer.status());
+  BenchBuffer& memory = **buffer;
   const uint64_t seed = FreshSeed();
   if (o.check && o.operation == BenchOperation::kWrite) {
-    FillPattern(seed, 0, buffer->data(), o.WorkingSetBytes());
-  }
-
-  TransferEngine engine;  // after the buffer: destroyed before it is unmapped
-  EngineOptions engine_options;
-  engine_options.metadata_conn = o.metadata_server;
-  engine_options.local_server_name = o.local_server_name;
-  engine_options.host = o.host;
-  engine_options.rpc_port = o.rpc_port;
-  engine_options.transports = o.Transports();
-  if (Status s = engine.init(engine_options); !s.ok()) return Fail("init", s);
-  if (Status s = engine.registerLocalMemory(buffer->data(), buffer->size()); !s.ok()) {
-    return Fail("registerLocalMemory", s);
+    FillPattern(seed, 0, memory.data(), o.WorkingSetBytes());
   }
   Result<SegmentId> target = engine.openSegment(o.segment_id);
   if (!target.ok()) return Fail("openSegment " + o.segment_id, target.status());
 
-  BenchResult result = Measure(engine, o, *target, buffer->data(), signals);
+  BenchResult result = Measure(engine, o, *target, memory.data(), signals);
   if (o.check && o.operation == BenchOperation::kWrite && result.errors == 0) {
     if (Status s = VerifyWrites(engine, o, *target, seed); !s.ok()) {
       result.errors += 1;
       result.first_error = s.ToString();
     }
   }
-  engine.unregisterLocalMemory(buffer->data()).IgnoreError();  // the process ends anyway
+  memory.Release().IgnoreError();  // the process ends anyway
 
   if (o.json) {
     std::printf("%s\n", FormatJson(o, result).c_str());

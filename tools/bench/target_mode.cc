@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include "bench/bench_buffer.h"
 #include "bench/bench_modes.h"
 #include "bench/pattern.h"
 #include "ferry/options.h"
@@ -39,34 +41,23 @@ void Serve(StopSignals& signals, bool bounded, double seconds) {
 }  // namespace
 
 int RunTarget(const BenchOptions& options, StopSignals& signals) {
-  Result<PageBuffer> buffer = PageBuffer::Allocate(options.EffectiveBufferSize());
+  TransferEngine engine;  // declared first: it outlives the buffer registered with it
+  if (Status s = engine.init(MakeEngineOptions(options)); !s.ok()) return Fail("init", s);
+  Result<std::unique_ptr<BenchBuffer>> buffer = BenchBuffer::Create(
+      engine, options.EffectiveBufferSize(), options.managed, options.ManagedLocation());
   if (!buffer.ok()) return Fail("allocating the buffer", buffer.status());
-  if (options.check) FillPattern(kTargetPatternSeed, 0, buffer->data(), buffer->size());
+  BenchBuffer& memory = **buffer;
+  if (options.check) FillPattern(kTargetPatternSeed, 0, memory.data(), memory.size());
 
-  // Declared after the buffer: the engine is destroyed first, so nothing reaches the memory
-  // after it is unmapped.
-  TransferEngine engine;
-  EngineOptions engine_options;
-  engine_options.metadata_conn = options.metadata_server;
-  engine_options.local_server_name = options.local_server_name;
-  engine_options.host = options.host;
-  engine_options.rpc_port = options.rpc_port;
-  engine_options.transports = options.Transports();
-  if (Status s = engine.init(engine_options); !s.ok()) return Fail("init", s);
-  if (Status s = engine.registerLocalMemory(buffer->data(), buffer->size()); !s.ok()) {
-    return Fail("registerLocalMemory", s);
-  }
-
-  std::printf("ready segment=%s addr=0x%llx len=%zu\n", engine.localSegmentName().c_str(),
-              static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(buffer->data())),
-              buffer->size());
+  std::printf("ready segment=%s addr=0x%llx len=%zu protocol=%s managed=%d\n",
+              engine.localSegmentName().c_str(),
+              static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(memory.data())),
+              memory.size(), options.protocol.c_str(), memory.managed() ? 1 : 0);
   std::fflush(stdout);
 
   Serve(signals, options.duration_given, options.duration_s);
 
-  if (Status s = engine.unregisterLocalMemory(buffer->data()); !s.ok()) {
-    return Fail("unregisterLocalMemory", s);
-  }
+  if (Status s = memory.Release(); !s.ok()) return Fail("releasing the buffer", s);
   return 0;
 }
 
