@@ -1,0 +1,252 @@
+#include "transport/rdma/fabric_domain.h"
+
+#include <rdma/fi_errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+
+namespace ferry::rdma {
+namespace {
+
+constexpr size_t kTargetCqSize = 64;
+
+}  // namespace
+
+Domain::Domain(Runtime* rt, size_t index, FiInfoPtr info)
+    : rt_(rt), index_(index), info_(std::move(info)) {}
+
+Result<std::unique_ptr<Domain>> Domain::Open(Runtime* rt, size_t index, FiInfoPtr info) {
+  std::unique_ptr<Domain> d(new Domain(rt, index, std::move(info)));
+  RETURN_IF_ERROR(d->OpenObjects());
+  return d;
+}
+
+Status Domain::OpenObjects() {
+  fi_info* info = info_.get();
+  name_ = info->domain_attr->name != nullptr ? info->domain_attr->name : "";
+  fabric_name_ = info->fabric_attr->name != nullptr ? info->fabric_attr->name : "";
+  numa_node_ = NumaNodeOf(*info);
+  if ((info->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0) write_flags_ = FI_DELIVERY_COMPLETE;
+  cap_ = std::max<size_t>(1, std::min<size_t>(rt_->options.max_inflight, info->tx_attr->size));
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return UnavailableError("rdma: eventfd: " + ErrnoText(errno));
+  int rc = fi_fabric(info->fabric_attr, &fabric_, nullptr);
+  if (rc != 0) return UnavailableError(FiErrorText("rdma: fi_fabric(" + fabric_name_ + ")", rc));
+  rc = fi_domain(fabric_, info, &domain_, nullptr);
+  if (rc != 0) return UnavailableError(FiErrorText("rdma: fi_domain(" + name_ + ")", rc));
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  rc = fi_av_open(domain_, &av_attr, &av_, nullptr);
+  if (rc != 0) return UnavailableError(FiErrorText("rdma: fi_av_open", rc));
+  ASSIGN_OR_RETURN(target_, OpenTarget());
+  ASSIGN_OR_RETURN(address_, target_->Name());
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Endpoint>> Domain::OpenTarget() {
+  if (address_.empty()) return Endpoint::Open(domain_, info_.get(), av_, kTargetCqSize);
+  // Re-open at the published address: a copy of the info whose src_addr is that address.
+  FiInfoPtr info(fi_dupinfo(info_.get()));
+  if (!info) return UnavailableError("rdma: fi_dupinfo failed");
+  void* src = std::malloc(address_.size());  // fi_freeinfo frees it
+  if (src == nullptr) return UnavailableError("rdma: out of memory");
+  std::memcpy(src, address_.data(), address_.size());
+  std::free(info->src_addr);
+  info->src_addr = src;
+  info->src_addrlen = address_.size();
+  ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep,
+                   Endpoint::Open(domain_, info.get(), av_, kTargetCqSize));
+  ASSIGN_OR_RETURN(std::string name, ep->Name());
+  if (name != address_) return UnavailableError("rdma: target endpoint moved to another address");
+  return ep;
+}
+
+Domain::~Domain() {
+  Stop();
+  initiator_.reset();
+  target_.reset();
+  {
+    MutexLock lock(mu_);
+    fresh_initiator_.reset();
+    fresh_target_.reset();
+  }
+  {
+    MutexLock lock(av_mu_);
+    av_entries_.clear();
+  }
+  if (av_ != nullptr) (void)fi_close(&av_->fid);
+  if (domain_ != nullptr) {
+    const int rc = fi_close(&domain_->fid);
+    if (rc != 0) FERRY_LOG(kWarn) << FiErrorText("rdma: closing domain " + name_, rc);
+  }
+  if (fabric_ != nullptr) (void)fi_close(&fabric_->fid);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+Result<fid_mr*> Domain::RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key) {
+  fid_mr* mr = nullptr;
+  const uint64_t access = FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE;
+  const int rc = fi_mr_reg(domain_, reinterpret_cast<const void*>(addr),  // NOLINT
+                           length, access, 0, requested_key, 0, &mr, nullptr);
+  if (rc != 0) {
+    return UnavailableError(FiErrorText("rdma: fi_mr_reg on " + name_, rc));
+  }
+  return mr;
+}
+
+Status Domain::CloseMrs(std::vector<fid_mr*> mrs, std::chrono::milliseconds timeout) {
+  auto close = std::make_shared<MrClose>();
+  close->mrs = std::move(mrs);
+  bool queued = false;
+  {
+    MutexLock lock(mu_);
+    if (running_ && !stopped_) {
+      closes_.push_back(close);
+      queued = true;
+    }
+  }
+  if (!queued) {
+    std::vector<std::shared_ptr<MrClose>> now{close};
+    RunCloses(now, /*drop_target=*/false);
+    return Status::Ok();
+  }
+  Wake();
+  const auto deadline = Clock::now() + timeout;
+  bool target_closed = false;
+  {
+    MutexLock lock(close->mu);
+    while (!close->done) {
+      if (!close->cv.WaitUntil(close->mu, deadline) && Clock::now() >= deadline) {
+        if (close->done) break;
+        return TimeoutError("rdma: the memory region on " + name_ +
+                            " was not closed within op_timeout (it will be)");
+      }
+    }
+    target_closed = close->target_closed;
+  }
+  if (target_closed) ReopenTarget();
+  return Status::Ok();
+}
+
+Result<fi_addr_t> Domain::InsertAddress(const std::string& address) {
+  MutexLock lock(av_mu_);
+  AvEntry& entry = av_entries_[address];
+  if (entry.refs > 0) {
+    ++entry.refs;
+    return entry.addr;
+  }
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  const int n = fi_av_insert(av_, address.data(), 1, &addr, 0, nullptr);
+  if (n != 1) {
+    av_entries_.erase(address);
+    return UnavailableError(FiErrorText("rdma: fi_av_insert on " + name_, n < 0 ? n : FI_EINVAL));
+  }
+  entry.addr = addr;
+  entry.refs = 1;
+  return addr;
+}
+
+void Domain::RemoveAddress(fi_addr_t addr) {
+  MutexLock lock(av_mu_);
+  for (auto it = av_entries_.begin(); it != av_entries_.end(); ++it) {
+    if (it->second.addr != addr) continue;
+    if (--it->second.refs == 0) {
+      fi_addr_t gone = addr;
+      (void)fi_av_remove(av_, &gone, 1, 0);
+      av_entries_.erase(it);
+    }
+    return;
+  }
+}
+
+Status Domain::EnsureInitiator() {
+  MutexLock opener(opener_mu_);
+  if (initiator_opened_) return Status::Ok();
+  Result<std::unique_ptr<Endpoint>> opened =
+      Endpoint::Open(domain_, info_.get(), av_, 2 * cap_ + 64);
+  if (!opened.ok()) return opened.status().WithContext("rdma initiator endpoint on " + name_);
+  {
+    MutexLock lock(mu_);
+    fresh_initiator_ = std::move(opened).value();
+  }
+  initiator_opened_ = true;
+  Wake();
+  return Status::Ok();
+}
+
+void Domain::ReopenTarget() {
+  Result<std::unique_ptr<Endpoint>> target = OpenTarget();
+  if (!target.ok()) {
+    // The progress thread tries again (target_reopen_at_).
+    FERRY_LOG(kError) << "rdma: re-opening the target endpoint of " << name_
+                      << " failed: " << target.status() << " (retrying)";
+    return;
+  }
+  {
+    MutexLock lock(mu_);
+    fresh_target_ = std::move(target).value();
+  }
+  rt_->counters.target_rebuilds.fetch_add(1, std::memory_order_relaxed);
+  Wake();
+}
+
+void Domain::Start() {
+  MutexLock lifecycle(lifecycle_mu_);
+  {
+    MutexLock lock(mu_);
+    if (running_ || stopped_) return;
+    running_ = true;
+  }
+  thread_ = std::thread([this] { Loop(); });
+  // Opens the initiator endpoint in the background, so neither Start nor the first transfer
+  // waits for it (Connect waits only if it is still being opened).
+  prewarm_ = std::thread([this] {
+    const Status s = EnsureInitiator();
+    if (!s.ok()) FERRY_LOG(kWarn) << s << " (retried on Connect)";
+  });
+}
+
+bool Domain::Enqueue(std::vector<std::unique_ptr<Op>>& ops) {
+  bool was_empty = false;
+  {
+    MutexLock lock(mu_);
+    if (!running_ || stop_requested_ || stopped_) return false;
+    was_empty = incoming_.empty();
+    for (auto& op : ops) incoming_.push_back(std::move(op));
+  }
+  ops.clear();
+  // The thread checks incoming_ under mu_ after announcing that it sleeps, so either it sees
+  // these ops or this sees it sleeping.
+  if (was_empty && sleeping_.load()) Wake();
+  return true;
+}
+
+void Domain::Stop() {
+  MutexLock lifecycle(lifecycle_mu_);
+  if (prewarm_.joinable()) prewarm_.join();  // bounded by one endpoint open
+  {
+    MutexLock lock(mu_);
+    stop_requested_ = true;
+    if (!running_) {
+      stopped_ = true;
+      return;
+    }
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Domain::Wake() {
+  const uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+    FERRY_LOG(kWarn) << "rdma: waking the progress thread of " << name_ << ": " << ErrnoText(errno);
+  }
+}
+
+}  // namespace ferry::rdma

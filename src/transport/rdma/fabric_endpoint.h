@@ -1,0 +1,46 @@
+// An FI_EP_RDM endpoint with its own completion queue, bound to a domain's address vector.
+//
+// Thread contract: used by one thread at a time (the domain's progress thread after Start).
+// Closing the endpoint before the queue lets the caller read what the queue still holds; once
+// both are closed the provider holds no operation context of theirs.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include <memory>
+#include <string>
+
+#include "ferry/status.h"
+
+namespace ferry::rdma {
+
+class Endpoint {
+ public:
+  // Opens, binds and enables an endpoint on `domain` for `info` (its src_addr, when set, is
+  // where the endpoint listens), with a completion queue of `cq_size` entries that has a wait
+  // fd when the provider offers one.
+  static Result<std::unique_ptr<Endpoint>> Open(fid_domain* domain, fi_info* info, fid_av* av,
+                                                size_t cq_size);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  fid_ep* ep() const { return ep_; }
+  fid_cq* cq() const { return cq_; }
+  // The queue's wait fd (readable when fi_trywait says to wait), or -1 when it has none.
+  int wait_fd() const { return wait_fd_; }
+  // The endpoint's address (fi_getname).
+  Result<std::string> Name() const;
+  // Closes the endpoint only; the queue stays readable until destruction.
+  void CloseEndpoint();
+
+ private:
+  Endpoint() = default;
+  fid_ep* ep_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  int wait_fd_ = -1;
+};
+
+}  // namespace ferry::rdma

@@ -1,0 +1,46 @@
+// The rdma transport: one-sided RMA (fi_write / fi_read on FI_EP_RDM endpoints) over libfabric
+// (DESIGN.md, transport/rdma/). The same code drives real NICs ("verbs;ofi_rxm", "efa") and the
+// software "tcp;ofi_rxm" provider. libfabric's headers never leave this folder.
+//
+// Published bytes (SegmentDesc::transports["rdma"]): the provider and one endpoint address per
+// domain in use. Key bytes (BufferDesc::keys["rdma"]): the registration's id, base and length and
+// one rkey per domain. Both are ferry's own text formats (rdma_wire.h), decoded strictly.
+//
+// Access checks. One-sided RMA moves bytes without the target's CPU, so the target cannot pin
+// each access. Instead the memory region (MR) is the check: UnregisterMemory closes the MR, so an
+// old key is dead at the provider, and a completion error is resolved by asking the target
+// (TransportContext::Exchange) whether the key and the planned generation are still live: a dead
+// key is Stale. See RdmaTransport (rdma_transport_impl.h) for the full contract.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+#include "transport/transport.h"
+
+namespace ferry {
+
+struct RdmaTransportOptions {
+  // e.g. "verbs;ofi_rxm", "efa", "tcp;ofi_rxm"; empty: the first of verbs;ofi_rxm, efa found here
+  std::string provider;
+  // domain-name filter (e.g. "mlx5_0"); empty: all domains of the provider
+  std::vector<std::string> devices;
+  // a slice not completed by then fails (Timeout)
+  std::chrono::milliseconds op_timeout{5000};
+  // completion errors retried on another endpoint/domain, up to this
+  int max_retries = 2;
+  // operations in flight per domain; Submit returns Again beyond the queue bound
+  size_t max_inflight = 256;
+};
+
+// Whether a provider is usable here: Ok(name of the provider chosen) or Unavailable with why.
+Result<std::string> ProbeRdmaProvider(const RdmaTransportOptions& options);
+
+// The factory the transport list uses. The transport is not started.
+std::unique_ptr<Transport> CreateRdmaTransport(RdmaTransportOptions options);
+
+}  // namespace ferry
