@@ -9,6 +9,7 @@
 #
 #   bench/rdma.sh
 #   PROVIDER="verbs;ofi_rxm" HOST=10.0.0.1 DURATION=5 BLOCK_SIZES="64K 1M 4M" bench/rdma.sh
+#   SLICE_SIZE=4M bench/rdma.sh      # the engine's slice size (ferry-bench --slice_size)
 #   SKIP_BUILD=1 BUILD_DIR=build bench/rdma.sh        (use an existing build)
 #
 # HOST is where both targets listen and is used for IP-addressed providers (tcp); it defaults to
@@ -107,7 +108,8 @@ for size in "${sizes[@]}"; do
         --rdma_provider="$provider" --host="$host" --metadata_server=P2PHANDSHAKE \
         --segment_id="$segment" --target_addr="$target_addr" --operation="$op" \
         --block_size="$size" --batch_size="$batch" --threads="$threads" \
-        --duration="$duration" 2>"$work/initiator.err"); then
+        --duration="$duration" ${SLICE_SIZE:+--slice_size="$SLICE_SIZE"} \
+        2>"$work/initiator.err"); then
       rows+=("$(awk -v s="$size" -v op="$op" -v raw="$raw_gbps" -v f="$(json_field "$json" gbps)" \
         -v p50="$(json_field "$json" p50_us)" -v p99="$(json_field "$json" p99_us)" \
         -v via="$(json_field "$json" transport)" 'BEGIN {

@@ -113,6 +113,7 @@ Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptio
   }
   if (flag == "block_size") return ParseSizeFlag(flag, value, out.block_size);
   if (flag == "buffer_size") return ParseSizeFlag(flag, value, out.buffer_size);
+  if (flag == "slice_size") return ParseSizeFlag(flag, value, out.slice_size);
   if (flag == "batch_size") return ParseCount(flag, value, 1 << 16, out.batch_size);
   if (flag == "threads") return ParseCount(flag, value, 1024, out.threads);
   return InvalidArgumentError("unknown flag '--" + std::string(flag) + "'");
@@ -131,7 +132,7 @@ Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, 
         "mode",          "operation",    "metadata_server", "local_server_name", "host",
         "rpc_port",      "segment_id",   "target_addr",     "protocol",          "block_size",
         "batch_size",    "threads",      "duration",        "buffer_size",       "host_id",
-        "rdma_provider", "rdma_devices", "cxl_window",      "cxl_window_size"};
+        "rdma_provider", "rdma_devices", "cxl_window",      "cxl_window_size",   "slice_size"};
     const bool known =
         std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
     return InvalidArgumentError(known ? "flag --" + std::string(flag) + " needs =<value>"
@@ -256,6 +257,7 @@ EngineOptions MakeEngineOptions(const BenchOptions& o) {
   e.rdma_devices = o.rdma_devices;
   e.cxl_window = o.cxl_window;
   e.cxl_window_size = o.cxl_window_size;
+  if (o.slice_size != 0) e.slice_size = o.slice_size;
   return e;
 }
 
@@ -354,6 +356,8 @@ flags:
   --threads=N                 initiator threads (default 1)
   --duration=SECONDS          initiator run time (default 5); target: serve this long
   --buffer_size=BYTES         registered bytes (default max(256M, threads*batch*block))
+  --slice_size=BYTES          the engine cuts requests into slices of at most this
+                              (EngineOptions::slice_size; default the engine's, 256K)
   --check                     target: fill the buffer with the read pattern.
                               initiator read: verify every block read (against a target
                               started with --check, before any write ran against it).

@@ -45,6 +45,7 @@ struct BenchOptions {
   uint64_t threads = 1;
   double duration_s = 5;
   bool duration_given = false;  // the target serves forever unless --duration was given
+  uint64_t slice_size = 0;      // 0: the engine's default
   uint64_t buffer_size = 0;     // 0: max(256 MiB, threads * batch_size * block_size)
   bool check = false;
   bool json = false;
