@@ -47,6 +47,8 @@
 #include <thread>
 #include <vector>
 
+#include "raw_baseline.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -70,19 +72,9 @@ struct Options {
   uint64_t WorkingSetBytes() const { return SliceBytes() * threads; }
 };
 
-// "4096", "64K", "1M", "4G" (binary multiples); nullopt for anything else or zero.
+// Sizes up to 64 GiB.
 std::optional<uint64_t> ParseBytes(std::string_view text) {
-  uint64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || value == 0) return std::nullopt;
-  const std::string_view suffix(ptr, static_cast<size_t>(text.data() + text.size() - ptr));
-  int shift = -1;
-  if (suffix.empty()) shift = 0;
-  if (suffix == "K" || suffix == "k") shift = 10;
-  if (suffix == "M" || suffix == "m") shift = 20;
-  if (suffix == "G" || suffix == "g") shift = 30;
-  if (shift < 0 || value > (uint64_t{1} << 36 >> shift)) return std::nullopt;
-  return value << shift;
+  return raw_baseline::ParseBytes(text, 36);
 }
 
 // A count in 1..max; nullopt otherwise.

@@ -42,23 +42,7 @@ stop_raw() {
 }
 trap 'stop_raw; cleanup' EXIT
 
-# "4K" -> 4096 (K/M/G binary multiples, as ferry-bench reads them).
-to_bytes() {
-  local n=${1%[KkMmGg]}
-  case $1 in
-    *[Kk]) echo $((n << 10)) ;;
-    *[Mm]) echo $((n << 20)) ;;
-    *[Gg]) echo $((n << 30)) ;;
-    *) echo "$n" ;;
-  esac
-}
-
-# The targets' buffers: every initiator thread's slice of the largest point, at least 256 MiB.
-target_buffer=$((256 << 20))
-for size in "${sizes[@]}"; do
-  need=$(($(to_bytes "$size") * batch * threads))
-  ((need > target_buffer)) && target_buffer=$need
-done
+target_buffer=$(target_buffer_bytes)
 
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   echo "==> build ($build_dir)"

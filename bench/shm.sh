@@ -37,17 +37,6 @@ run_timeout=$(awk -v d="$duration" 'BEGIN { printf "%d", d + 60 }')  # a hung ru
 # shellcheck source=../scripts/lib/bench-target.sh
 source "$root/scripts/lib/bench-target.sh"
 
-# "4K" -> 4096 (K/M/G binary multiples, as ferry-bench reads them).
-to_bytes() {
-  local n=${1%[KkMmGg]}
-  case $1 in
-    *[Kk]) echo $((n << 10)) ;;
-    *[Mm]) echo $((n << 20)) ;;
-    *[Gg]) echo $((n << 30)) ;;
-    *) echo "$n" ;;
-  esac
-}
-
 # Stops the running target by PID (SIGTERM, then SIGKILL after 5 s).
 stop_target() {
   [[ -n "$target_pid" ]] || return 0
@@ -65,12 +54,7 @@ initiator() {
     --batch_size="$batch" --threads="$threads" "$@" 2>"$work/initiator.err"
 }
 
-# The target's buffer: every initiator thread's slice of the largest point, at least 256 MiB.
-target_buffer=$((256 << 20))
-for size in "${sizes[@]}"; do
-  need=$(($(to_bytes "$size") * batch * threads))
-  ((need > target_buffer)) && target_buffer=$need
-done
+target_buffer=$(target_buffer_bytes)
 
 if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
   echo "==> build ($build_dir: ferry-bench, ferry-raw-shm-baseline)"

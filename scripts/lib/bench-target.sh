@@ -1,6 +1,7 @@
-# Shared by scripts/demo.sh and bench/tcp.sh (sourced, not run): a ferry-bench target in the
-# background, killed by PID on exit, and a tiny JSON field reader.
-# Needs: $bin (the build's bin folder). Provides: $work, start_target, json_field.
+# Shared by scripts/demo.sh and bench/*.sh (sourced, not run): a ferry-bench target in the
+# background, killed by PID on exit, a tiny JSON field reader and block-size arithmetic.
+# Needs: $bin (the build's bin folder). Provides: $work, start_target, json_field, to_bytes,
+# target_buffer_bytes.
 
 work=$(mktemp -d)
 target_pid=""
@@ -39,4 +40,26 @@ start_target() {
   fi
   segment=$(sed -n 's/.* segment=\([^ ]*\).*/\1/p' <<<"$ready")
   target_addr=$(sed -n 's/.* addr=\([^ ]*\).*/\1/p' <<<"$ready")
+}
+
+# "4K" -> 4096 (K/M/G binary multiples, as ferry-bench reads them).
+to_bytes() {
+  local n=${1%[KkMmGg]}
+  case $1 in
+    *[Kk]) echo $((n << 10)) ;;
+    *[Mm]) echo $((n << 20)) ;;
+    *[Gg]) echo $((n << 30)) ;;
+    *) echo "$n" ;;
+  esac
+}
+
+# The target's buffer for $sizes, $batch and $threads: every initiator thread's slice of the
+# largest point, at least 256 MiB.
+target_buffer_bytes() {
+  local buffer=$((256 << 20)) size need
+  for size in "${sizes[@]}"; do
+    need=$(($(to_bytes "$size") * batch * threads))
+    ((need > buffer)) && buffer=$need
+  done
+  echo "$buffer"
 }

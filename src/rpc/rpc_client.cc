@@ -26,10 +26,10 @@ void RpcClient::CloseIdleConnections() { pool_->Clear(); }
 
 size_t RpcClient::idle_connections() const { return pool_->idle_count(); }
 
-Result<rpc::UniqueFd> RpcClient::Acquire(const HostPort& peer, const std::string& key,
-                                         Deadline deadline) {
+Result<UniqueFd> RpcClient::Acquire(const HostPort& peer, const std::string& key,
+                                    Deadline deadline) {
   const Deadline now = std::chrono::steady_clock::now();
-  rpc::UniqueFd pooled = pool_->Take(key, now);
+  UniqueFd pooled = pool_->Take(key, now);
   if (pooled.valid()) return pooled;
   return rpc::ConnectTcp(peer, std::min(deadline, now + options_.connect_timeout));
 }
@@ -52,7 +52,7 @@ Result<std::string> RpcClient::Call(const HostPort& peer, uint16_t type, std::st
   Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (attempt > 0 && std::chrono::steady_clock::now() >= deadline) break;
-    Result<rpc::UniqueFd> conn = Acquire(peer, key, deadline);
+    Result<UniqueFd> conn = Acquire(peer, key, deadline);
     if (!conn.ok()) {
       last = conn.status();  // Unavailable; nothing was sent
       continue;
@@ -72,9 +72,8 @@ Result<std::string> RpcClient::Call(const HostPort& peer, uint16_t type, std::st
   return last.WithContext(what);
 }
 
-Result<std::string> RpcClient::AwaitResponse(rpc::UniqueFd fd, const std::string& key,
-                                             uint16_t type, uint64_t request_id,
-                                             Deadline deadline) {
+Result<std::string> RpcClient::AwaitResponse(UniqueFd fd, const std::string& key, uint16_t type,
+                                             uint64_t request_id, Deadline deadline) {
   const std::string what = "rpc type " + std::to_string(type) + " to " + key;
   auto io_error = [&](const Status& s) -> Status {
     if (s.code() == StatusCode::kTimeout) return TimeoutError(what + ": no response in time");

@@ -37,9 +37,9 @@
 
 namespace ferry {
 
+class UniqueFd;
 namespace rpc {
 class ConnectionPool;
-class UniqueFd;
 }  // namespace rpc
 
 struct RpcClientOptions {
@@ -76,9 +76,9 @@ class RpcClient {
   using Deadline = std::chrono::steady_clock::time_point;
 
   // A pooled or new connection to `peer`. Unavailable when connecting fails.
-  Result<rpc::UniqueFd> Acquire(const HostPort& peer, const std::string& key, Deadline deadline);
+  Result<UniqueFd> Acquire(const HostPort& peer, const std::string& key, Deadline deadline);
   // Reads the response to `request_id` on `fd`, pooling `fd` again after a clean exchange.
-  Result<std::string> AwaitResponse(rpc::UniqueFd fd, const std::string& key, uint16_t type,
+  Result<std::string> AwaitResponse(UniqueFd fd, const std::string& key, uint16_t type,
                                     uint64_t request_id, Deadline deadline);
 
   const RpcClientOptions options_;

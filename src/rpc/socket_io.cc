@@ -88,22 +88,6 @@ void SetPort(sockaddr* addr, uint16_t port) {
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) Reset(other.Release());
-  return *this;
-}
-
-int UniqueFd::Release() {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
-void UniqueFd::Reset(int fd) {
-  if (fd_ >= 0) close(fd_);
-  fd_ = fd;
-}
-
 int PollTimeoutMs(Deadline deadline) {
   const auto left = deadline - std::chrono::steady_clock::now();
   if (left <= Deadline::duration::zero()) return 0;

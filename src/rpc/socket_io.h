@@ -15,33 +15,14 @@
 #include <string_view>
 
 #include "common/host_port.h"
+#include "common/unique_fd.h"
 #include "ferry/status.h"
 
 namespace ferry::rpc {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
-// Owns one file descriptor; closes it on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  // Gives up ownership; returns the fd (or -1).
-  int Release();
-  // Closes the fd it owns, if any, and owns `fd` instead.
-  void Reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using ::ferry::UniqueFd;
 
 // Milliseconds from now until `deadline` for poll(): 0 when past, rounded up, capped at 1 h.
 int PollTimeoutMs(Deadline deadline);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "ferry/transfer_engine.h"
+#include "peer_client.h"
 #include "test_servers.h"
 
 namespace ferry {
@@ -20,31 +21,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::ChildProcess;
+using testing::Fnv;
+using testing::Peer;
 using testing::TempDir;
 
 constexpr size_t kPeerBytes = 4 << 20;
-
-uint64_t Fnv(const unsigned char* p, size_t n) {
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ULL;
-  return h;
-}
-
-struct Peer {
-  std::unique_ptr<ChildProcess> process;
-  std::string name;
-  uint64_t addr = 0;
-
-  std::string Ask(const std::string& command) {
-    if (!process->WriteLine(command).ok()) return "dead";
-    Result<std::string> line = process->ReadLine(10s);
-    return line.ok() ? *line : "no answer: " + line.status().ToString();
-  }
-  uint64_t Sum(uint64_t offset, uint64_t len) {
-    const std::string reply = Ask("sum " + std::to_string(offset) + " " + std::to_string(len));
-    return reply.rfind("sum ", 0) == 0 ? std::stoull(reply.substr(4), nullptr, 16) : 0;
-  }
-};
 
 class LocalityTest : public ::testing::Test {
  protected:
@@ -80,14 +61,7 @@ class LocalityTest : public ::testing::Test {
     Result<std::string> ready = peer.process->ReadLine(20s);
     EXPECT_TRUE(ready.ok()) << ready.status() << "\n" << peer.process->LogTail();
     if (!ready.ok()) return peer;
-    char name[256] = {};
-    unsigned long long addr = 0, len = 0, priv = 0;
-    EXPECT_EQ(std::sscanf(ready->c_str(), "ready name=%255s addr=%llx len=%llu private=%llx", name,
-                          &addr, &len, &priv),
-              4)
-        << *ready;
-    peer.name = name;
-    peer.addr = addr;
+    EXPECT_TRUE(peer.ParseReady(*ready)) << *ready;
     return peer;
   }
 

@@ -12,11 +12,6 @@
 
 namespace ferry::samehost {
 
-void UniqueFd::Reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 namespace wire {
 namespace {
 

@@ -49,11 +49,6 @@ SocketAddress FromAddrInfo(const addrinfo& ai) {
 
 }  // namespace
 
-void UniqueFd::Reset(int fd) {
-  if (fd_ >= 0) close(fd_);
-  fd_ = fd;
-}
-
 std::string SocketAddress::ToString() const {
   char host[NI_MAXHOST] = "?";
   char serv[NI_MAXSERV] = "0";

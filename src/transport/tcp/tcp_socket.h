@@ -11,37 +11,12 @@
 #include <string>
 #include <string_view>
 
+#include "common/unique_fd.h"
 #include "ferry/status.h"
 
 namespace ferry::tcp {
 
-// Owns one file descriptor; closes it on destruction. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) Reset(other.Release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  // Closes the fd owned, if any, and owns `fd` instead.
-  void Reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using ::ferry::UniqueFd;
 
 // A resolved socket address (IPv4 or IPv6).
 struct SocketAddress {
