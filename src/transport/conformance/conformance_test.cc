@@ -129,6 +129,30 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
     return link.ok() ? *link : nullptr;
   }
 
+  // A registered remote region on the target, a registered local one, and a link to the
+  // target: what most cases start from. ok() is false (after a reported failure) otherwise.
+  struct Setup {
+    Region* remote = nullptr;
+    Region* local = nullptr;
+    std::shared_ptr<PeerLink> link;
+    bool ok() const { return remote != nullptr && local != nullptr && link != nullptr; }
+  };
+  Setup Prepare(size_t remote_length, size_t local_length) {
+    Setup s;
+    s.remote = Register(target_, remote_length);
+    s.local = Register(initiator_, local_length);
+    if (s.remote != nullptr && s.local != nullptr) s.link = Connect(target_);
+    return s;
+  }
+
+  // One small write that must succeed (connection set-up before the case's real work).
+  ::testing::AssertionResult WriteOnce(const Setup& s) {
+    SliceBatch warm(initiator_->ctx.get());
+    warm.Add(Make(OpCode::kWrite, s.local->data, target_, s.remote, 0, 4096));
+    if (auto run = Run(*s.link, warm); !run) return run;
+    return AllOk(warm);
+  }
+
   static Slice Make(OpCode op, const uint8_t* local, const Side* target, const Region* remote,
                     size_t remote_offset, size_t length) {
     Slice s;
@@ -172,11 +196,11 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
 };
 
 TEST_P(ConformanceTest, WriteReadVerifyAtOddSizesAndAlignments) {
-  Region* remote = Register(target_, 8 * kMiB);
-  Region* local = Register(initiator_, 16 * kMiB);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
+  Setup setup = Prepare(8 * kMiB, 16 * kMiB);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
   const size_t sizes[] = {1, 3, 4095, 4096, 4097, 65537, kMiB + 13, 3 * kMiB};
   const size_t offsets[] = {0, 1, 7, 4093};
   uint32_t seed = 1;
@@ -207,11 +231,11 @@ TEST_P(ConformanceTest, WriteReadVerifyAtOddSizesAndAlignments) {
 }
 
 TEST_P(ConformanceTest, ZeroLengthSlicesCompleteAndMoveNothing) {
-  Region* remote = Register(target_, 64 * kKiB);
-  Region* local = Register(initiator_, 64 * kKiB);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
+  Setup setup = Prepare(64 * kKiB, 64 * kKiB);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
   std::vector<uint8_t> snapshot(remote->data, remote->data + remote->length);
   Fill(local->data, local->length, 9);
   SliceBatch batch(initiator_->ctx.get());
@@ -256,18 +280,13 @@ TEST_P(ConformanceTest, OutOfRangeAccessIsRefusedAndNothingIsWritten) {
 }
 
 TEST_P(ConformanceTest, OldKeyAfterReRegistrationIsStale) {
-  Region* remote = Register(target_, 256 * kKiB);
-  Region* local = Register(initiator_, 256 * kKiB);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
+  Setup setup = Prepare(256 * kKiB, 256 * kKiB);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
   Fill(local->data, local->length, 5);
-  {
-    SliceBatch warm(initiator_->ctx.get());
-    warm.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 4096));
-    ASSERT_TRUE(Run(*link, warm));
-    ASSERT_TRUE(AllOk(warm));
-  }
+  ASSERT_TRUE(WriteOnce(setup));
   // Unregister in the registry's order (close, drain, transport), then register the same range
   // again under a new generation.
   const Region old = *remote;
@@ -297,11 +316,11 @@ TEST_P(ConformanceTest, ConcurrentBatchesFromManyThreads) {
   constexpr int kSlices = 8;
   constexpr size_t kSlice = 24 * kKiB + 13;
   constexpr size_t kStripe = kSlices * kSlice;
-  Region* remote = Register(target_, kThreads * kStripe);
-  Region* local = Register(initiator_, 2 * kThreads * kStripe);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
+  Setup setup = Prepare(kThreads * kStripe, 2 * kThreads * kStripe);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -332,11 +351,11 @@ TEST_P(ConformanceTest, ConcurrentBatchesFromManyThreads) {
 }
 
 TEST_P(ConformanceTest, NoByteLandsAfterUnregisterDuringTraffic) {
-  Region* remote = Register(target_, kMiB);
-  Region* local = Register(initiator_, kMiB);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
+  Setup setup = Prepare(kMiB, kMiB);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
   Fill(local->data, local->length, 77);
   std::atomic<bool> stop{false};
   std::atomic<int> hung{0};
@@ -411,17 +430,12 @@ TEST_P(ConformanceTest, ManyPeers) {
 }
 
 TEST_P(ConformanceTest, StoppedPeerFailsWithinTheBound) {
-  Region* remote = Register(target_, 256 * kKiB);
-  Region* local = Register(initiator_, 256 * kKiB);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
-  {
-    SliceBatch warm(initiator_->ctx.get());
-    warm.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 4096));
-    ASSERT_TRUE(Run(*link, warm));
-    ASSERT_TRUE(AllOk(warm));
-  }
+  Setup setup = Prepare(256 * kKiB, 256 * kKiB);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
+  ASSERT_TRUE(WriteOnce(setup));
   target_->transport->Stop();
   const auto start = std::chrono::steady_clock::now();
   SliceBatch batch(initiator_->ctx.get());
@@ -435,11 +449,11 @@ TEST_P(ConformanceTest, StoppedPeerFailsWithinTheBound) {
 }
 
 TEST_P(ConformanceTest, StopCompletesEverySliceExactlyOnce) {
-  Region* remote = Register(target_, 4 * kMiB);
-  Region* local = Register(initiator_, 4 * kMiB);
-  ASSERT_TRUE(remote && local);
-  std::shared_ptr<PeerLink> link = Connect(target_);
-  ASSERT_TRUE(link);
+  Setup setup = Prepare(4 * kMiB, 4 * kMiB);
+  ASSERT_TRUE(setup.ok());
+  Region* remote = setup.remote;
+  Region* local = setup.local;
+  std::shared_ptr<PeerLink> link = setup.link;
   SliceBatch batch(initiator_->ctx.get());
   for (size_t off = 0; off < 4 * kMiB; off += 32 * kKiB) {
     batch.Add(Make(OpCode::kWrite, local->data + off, target_, remote, off, 32 * kKiB));
