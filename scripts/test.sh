@@ -36,6 +36,7 @@ if [[ $quick -eq 0 ]]; then
   echo "==> build: address,undefined"
   scripts/build.sh build-asan -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp" \
     run_suite build-asan "address,undefined" -LE install
 
   echo "==> build: thread"
