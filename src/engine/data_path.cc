@@ -191,11 +191,7 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
     return PermissionDeniedError("the target buffer of segment '" + desc.name +
                                  "' is not remote-accessible");
   }
-  // Both sides must have registered their memory with a transport (the local region may lie
-  // outside a cxl window, say).
-  std::vector<std::string> order =
-      policy_->Order(*buffer, candidates_, SameHost(desc), desc.name, r.transport);
-  std::erase_if(order, [&](const std::string& t) { return !task->local_pin.has_binding(t); });
+  const std::vector<std::string> order = TransportsFor(*task, *buffer);
   if (order.empty() && !r.transport.empty()) {
     return UnavailableError("transport '" + r.transport + "' does not reach segment '" + desc.name +
                             "' (not installed on both sides, the buffer is not " +
@@ -377,10 +373,17 @@ bool TransferEngine::Impl::CanFallBack(Task* task) {
   const TransferRequest& r = task->request;
   const BufferDesc* buffer = task->desc->FindCovering(r.target_offset, r.length);
   if (buffer == nullptr) return false;
-  std::vector<std::string> order =
-      policy_->Order(*buffer, candidates_, SameHost(*task->desc), task->desc->name, r.transport);
-  std::erase_if(order, [&](const std::string& t) { return !task->local_pin.has_binding(t); });
-  return order.size() > 1;
+  return TransportsFor(*task, *buffer).size() > 1;
+}
+
+std::vector<std::string> TransferEngine::Impl::TransportsFor(const Task& task,
+                                                             const BufferDesc& buffer) {
+  std::vector<std::string> order = policy_->Order(buffer, candidates_, SameHost(*task.desc),
+                                                  task.desc->name, task.request.transport);
+  // Both sides must have registered their memory with it (the local region may lie outside a
+  // cxl window, say).
+  task.local_pin.RetainBound(&order);
+  return order;
 }
 
 void TransferEngine::Impl::EndAttempt(Task* task) {

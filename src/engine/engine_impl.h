@@ -103,6 +103,9 @@ class TransferEngine::Impl final : public TransportContext {
   void QueueRetry(engine::Task* task);
   // Whether another transport than the failed one may still carry `task` (tried once only).
   bool CanFallBack(engine::Task* task);
+  // The transports that may carry `task` to `buffer`, best first: the selection policy's order,
+  // narrowed to those the task's (pinned) local region is registered with.
+  std::vector<std::string> TransportsFor(const engine::Task& task, const BufferDesc& buffer);
   // A STALE or Unavailable attempt, on the progress thread: plan again against a refreshed
   // descriptor (Unavailable only when the peer's incarnation changed), or fail.
   void RetryTask(engine::Task* task);

@@ -52,13 +52,16 @@ uint64_t PinGuard::region_length() const { return region_->length; }
 uint64_t PinGuard::generation() const { return region_->generation; }
 Location PinGuard::location() const { return region_->location; }
 
-bool PinGuard::has_binding(std::string_view transport) const {
-  if (region_ == nullptr) return false;
-  ReaderLock lock(registry_->mu_);  // bindings change only under the exclusive lock
-  for (const TransportBinding& b : region_->bindings) {
-    if (b.transport == transport) return true;
+void PinGuard::RetainBound(std::vector<std::string>* transports) const {
+  if (region_ == nullptr) {
+    transports->clear();
+    return;
   }
-  return false;
+  ReaderLock lock(registry_->mu_);  // bindings change only under the exclusive lock
+  std::erase_if(*transports, [&](const std::string& name) {
+    return std::none_of(region_->bindings.begin(), region_->bindings.end(),
+                        [&](const TransportBinding& b) { return b.transport == name; });
+  });
 }
 
 // ---- LocalRegistry --------------------------------------------------------------------------

@@ -84,8 +84,9 @@ class PinGuard {
   uint64_t region_length() const;
   uint64_t generation() const;
   Location location() const;
-  // Whether the pinned region is registered with `transport` (its memory is reachable by it).
-  bool has_binding(std::string_view transport) const;
+  // Removes from `transports` every name the pinned region is not registered with (its memory
+  // is not reachable by it); keeps the order. Empties it when nothing is pinned.
+  void RetainBound(std::vector<std::string>* transports) const;
 
  private:
   friend class LocalRegistry;
