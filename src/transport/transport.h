@@ -12,6 +12,12 @@
 //      a new link.
 //   4. Submit(link, slices): each slice ends in exactly one ctx->CompleteSlice(slice, status),
 //      on any thread, after its bytes are in place (a WRITE only once the target applied it).
+//      Every slice carries its task's deadline. A transport completes each slice no later than
+//      shortly after that deadline (its tick, at most ~50 ms late) with Timeout when it did not
+//      finish, and from the moment it reports Timeout (or any failure) nothing more of that
+//      slice lands on either side: it closes what carries the slice, and a target never starts
+//      an access whose deadline has passed. What a transport cannot promise (a one-sided RMA
+//      already on the wire) its header says.
 //   5. On the target, every remote access is checked with ctx->PinRemoteAccess before a byte
 //      moves, and the pin is held while bytes move.
 #pragma once
@@ -79,13 +85,17 @@ struct Slice {
   uint64_t remote_generation = 0;  // generation of the covering BufferDesc in the plan
   uint64_t peer_incarnation = 0;   // incarnation of the SegmentDesc the plan used
   std::string_view remote_key;     // the covering buffer's key for this transport
-  void* task = nullptr;            // the engine's; opaque to the transport
+  // The task's deadline: the transport completes the slice by then (Timeout when unfinished)
+  // and never lets it land afterwards. time_point::max(): none.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  void* task = nullptr;  // the engine's; opaque to the transport
 };
 
 struct TransportStartInfo {
   std::string local_segment;  // this engine's segment name
   std::string bind_host;      // where this engine listens (its RPC host)
 };
+
 
 // What a transport may ask of the engine. Thread contract: thread-safe; borrowed by the
 // transport between Start and Stop.
