@@ -37,7 +37,9 @@ struct EngineOptions {
   // provider if one is found. rdma_devices narrows the NICs used (e.g. "mlx5_0").
   std::string rdma_provider;
   std::vector<std::string> rdma_devices;
-  // Every task ends by this deadline: COMPLETED, FAILED or TIMEOUT.
+  // Every task ends by this deadline: COMPLETED, FAILED or TIMEOUT. A task reported TIMEOUT
+  // (or FAILED) has nothing more land afterwards (see transfer_engine.h for what each
+  // transport can promise).
   std::chrono::milliseconds task_timeout{30000};
   // Requests are cut into slices of at most this many bytes, spread over connections.
   uint64_t slice_size = 256 << 10;
@@ -49,8 +51,21 @@ struct EngineOptions {
   std::chrono::milliseconds segment_cache_ttl{5000};
   // Bound on waiting for in-flight accesses when unregistering memory.
   std::chrono::milliseconds unregister_drain_timeout{5000};
-  // Bound on each metadata / RPC round trip.
+  // Bound on each metadata / RPC round trip, and on every transport's wait for a peer that
+  // makes no progress (a connect, a grant answer, a stalled connection).
   std::chrono::milliseconds request_timeout{5000};
+  // Links to a peer (connections, grant channels, mappings) unused for this long are closed,
+  // and re-opened on next use. 0: never.
+  std::chrono::milliseconds idle_link_timeout{60000};
+  // Notifications received and not yet taken by getNotifies: past either cap the sender's
+  // sendNotify fails with Busy, and nothing more is kept.
+  size_t max_pending_notifies = 4096;
+  uint64_t max_pending_notify_bytes = uint64_t{64} << 20;
+  // Threads doing slow per-peer work (retries, descriptor refreshes, notifications after
+  // batches, submissions a full transport queue turned back). Each peer's work runs on one
+  // thread at a time, so a frozen peer holds at most one; the pool grows on demand up to this
+  // many and shrinks when idle.
+  size_t worker_threads = 32;
 };
 
 }  // namespace ferry

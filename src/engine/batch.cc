@@ -14,8 +14,10 @@ bool Task::Finish(TransferState final_state, const Status& reason) {
       MutexLock lock(batch->mu);
       if (batch->first_error.ok()) batch->first_error = reason;
     }
-    MutexLock lock(mu);
-    first_error = reason;
+    {
+      MutexLock lock(mu);
+      first_error = reason;
+    }
     batch->failed.fetch_add(1);
   }
   return true;

@@ -1,13 +1,16 @@
 // Tasks and batches: the bookkeeping of submitted transfers. Internal to src/engine.
 //
 // A task moves WAITING -> PENDING -> COMPLETED | FAILED | TIMEOUT | CANCELED exactly once
-// (Task::Finish is the only writer of a final state). Its slices may still be in flight after a
-// TIMEOUT; the task keeps its descriptor snapshot, peer link and local pin until the last slice
-// completes, and its batch cannot be freed before that.
+// (Task::Finish is the only writer of a final state). Its slices may still be with a transport
+// for a moment after it ended (a transport completes a slice at most ~50 ms after its deadline,
+// and lets nothing of it land after reporting it); meanwhile the task keeps its descriptor
+// snapshot, peer link and local pin (so the local memory cannot be unregistered under a late
+// READ), and keeps its batch alive through `keep_alive`. The batch's id can be freed at once.
 //
 // Thread contract: Task and Batch are shared between the submitting thread, transport
-// completion threads and the engine's progress thread; every mutable field is atomic or
-// guarded by the owner's mutex.
+// completion threads, the deadline timer and peer workers; every mutable field is atomic or
+// guarded by the owner's mutex, except the planning fields, which one thread at a time writes
+// while no slice of the task is in flight.
 #pragma once
 
 #include <atomic>
@@ -16,7 +19,6 @@
 #include <optional>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/segment_desc.h"
 #include "ferry/transfer_engine.h"
@@ -36,26 +38,38 @@ struct Task {
   std::atomic<TransferState> state{TransferState::kWaiting};
   std::atomic<uint64_t> transferred{0};
   std::atomic<size_t> slices_left{0};  // slices submitted and not yet completed
-  std::atomic<bool> stale_retried{false};
 
-  // Written while no slice is in flight (planning), read by completions.
+  // Planning fields: written while no slice is in flight, read by completions.
   std::vector<Slice> slices;
   std::shared_ptr<const SegmentDesc> desc;  // the plan's snapshot
   std::shared_ptr<PeerLink> link;
   Transport* transport = nullptr;
+  // What the first plan aimed at: a retry may only go to the same target identity.
+  uint64_t planned_incarnation = 0;
+  uint64_t planned_generation = 0;
+  bool refreshed_for_missing_buffer = false;
+  PinGuard local_pin;
+  // Holds the batch while slices are with a transport or a retry is queued; moved out by the
+  // completion that retires the last slice.
+  std::shared_ptr<Batch> keep_alive;
+
   std::atomic<Transport*> carrier{nullptr};  // `transport`, for status readers on other threads
   std::atomic<bool> fallback_tried{false};   // another transport was tried after a failure
-  PinGuard local_pin;
+  std::atomic<uint32_t> retries{0};
 
   Mutex mu;
-  Status first_error GUARDED_BY(mu);  // of the current attempt
+  Status first_error GUARDED_BY(mu);  // of the current attempt; the final reason once ended
 
-  // Ends the task once; false when it had already ended.
+  // Ends the task once; false when it had already ended. Counts it in its batch.
   bool Finish(TransferState final_state, const Status& reason);
   TransferStatus Snapshot();
+  bool ended() const {
+    const TransferState s = state.load();
+    return s != TransferState::kWaiting && s != TransferState::kPending;
+  }
 };
 
-struct Batch {
+struct Batch : std::enable_shared_from_this<Batch> {
   BatchId id = 0;
   size_t capacity = 0;
   std::deque<Task> tasks;  // stable addresses; grows under mu only
@@ -64,14 +78,18 @@ struct Batch {
   Status first_error GUARDED_BY(mu);
   std::optional<NotifyMessage> notify GUARDED_BY(mu);  // sent when every task completed
   SegmentId notify_target GUARDED_BY(mu) = 0;
+  // The deadline timer's entry for the earliest unfinished task (0: none), and the index below
+  // which every task has ended or been expired.
+  uint64_t timer_id GUARDED_BY(mu) = 0;
+  size_t expire_cursor GUARDED_BY(mu) = 0;
 
   std::atomic<size_t> submitted{0};
   std::atomic<size_t> completed{0};
   std::atomic<size_t> failed{0};
   std::atomic<uint64_t> transferred{0};
-  std::atomic<size_t> slices_in_flight{0};  // freeBatchID waits for zero
 
   BatchStatus Summary();
+  bool done() { return completed.load() + failed.load() >= submitted.load(); }
 };
 
 }  // namespace ferry::engine

@@ -23,7 +23,12 @@ RdmaTransportOptions RdmaOptions(const EngineOptions& options) {
 #endif
 
 Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineOptions& options) {
-  if (name == "tcp") return CreateTcpTransport(TcpTransportOptions{});
+  if (name == "tcp") {
+    // Every transport takes its timeouts from the engine's options.
+    TcpTransportOptions o;
+    o.io_timeout = options.request_timeout;
+    return CreateTcpTransport(o);
+  }
   if (name == "shm") {
     ShmTransportOptions o;
     o.socket_dir = options.shm_dir;

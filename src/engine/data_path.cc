@@ -1,12 +1,15 @@
-// The data path of TransferEngine::Impl: batches, planning, slices, completions, deadlines,
-// STALE retries and notifications.
+// The data path of TransferEngine::Impl: submission, planning, slices, completions, retries and
+// deadlines. The rule it keeps (DESIGN.md, Generations): a request is never re-aimed. A task is
+// planned against one (incarnation, generation) of its target; a retry may take another
+// transport or a new connection to that same target, never another incarnation or generation:
+// those end the task FAILED with Stale, and only the cache is refreshed for the next request.
+#include <algorithm>
 #include <cstring>
 #include <span>
 #include <thread>
 
 #include "common/log.h"
 #include "engine/engine_impl.h"
-#include "rpc/messages.h"
 
 namespace ferry {
 
@@ -14,75 +17,62 @@ using engine::Batch;
 using engine::Task;
 using namespace std::chrono_literals;
 
+namespace {
+
+// Attempts after the first, for failures where the target's identity is unchanged.
+constexpr uint32_t kMaxRetries = 3;
+
+bool TransportFailure(StatusCode code) {
+  return code == StatusCode::kUnavailable || code == StatusCode::kTimeout ||
+         code == StatusCode::kPermissionDenied || code == StatusCode::kInternal;
+}
+
+Status StaleReason(const Status& error, std::string_view peer) {
+  return StaleError("segment '" + std::string(peer) +
+                    "' restarted or re-registered the target region since this request was " +
+                    "planned, so it was not retried (re-open the segment and re-read its " +
+                    "buffers): " + error.message());
+}
+
+}  // namespace
+
 // ---- batches -------------------------------------------------------------------------------
 
-Result<BatchId> TransferEngine::Impl::AllocateBatch(size_t capacity) {
-  if (capacity == 0) return InvalidArgumentError("a batch needs room for at least one task");
-  auto batch = std::make_unique<Batch>();
-  batch->capacity = capacity;
-  MutexLock lock(batches_mu_);
-  batch->id = next_batch_++;
-  const BatchId id = batch->id;
-  batches_.emplace(id, std::move(batch));
-  return id;
-}
-
-Batch* TransferEngine::Impl::FindBatch(BatchId id) {
-  MutexLock lock(batches_mu_);
-  auto it = batches_.find(id);
-  return it == batches_.end() ? nullptr : it->second.get();
-}
-
 Status TransferEngine::Impl::FreeBatch(BatchId id) {
-  // A task reports its end a moment before its last slice is retired (CompleteSlice); a batch
-  // that reports done is freed once that moment has passed, with a short bound.
-  const auto deadline = std::chrono::steady_clock::now() + 1s;
-  for (;;) {
-    {
-      MutexLock lock(batches_mu_);
-      auto it = batches_.find(id);
-      if (it == batches_.end()) return NotFoundError("no batch " + std::to_string(id));
-      Batch& batch = *it->second;
-      if (batch.Summary().state == TransferState::kPending) {
-        return BusyError("batch " + std::to_string(id) + " still has transfers in flight");
-      }
-      if (batch.slices_in_flight.load() == 0) {
-        batches_.erase(it);
-        return Status::Ok();
-      }
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return BusyError("batch " + std::to_string(id) +
-                       " ended, but its transport has not released it yet");
-    }
-    std::this_thread::sleep_for(50us);
-  }
+  return batches_.Free(id, [this](Batch& batch) {
+    MutexLock lock(batch.mu);
+    if (batch.timer_id != 0) timer_.Cancel(std::exchange(batch.timer_id, 0));
+  });
 }
 
 Result<TransferStatus> TransferEngine::Impl::TaskStatus(BatchId id, size_t task) {
-  Batch* batch = FindBatch(id);
-  if (batch == nullptr) return NotFoundError("no batch " + std::to_string(id));
-  MutexLock lock(batch->mu);
-  if (task >= batch->tasks.size()) {
-    return NotFoundError("batch " + std::to_string(id) + " has no task " + std::to_string(task));
+  ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
+  Task* t = nullptr;
+  {
+    MutexLock lock(batch->mu);
+    if (task >= batch->tasks.size()) {
+      return NotFoundError("batch " + std::to_string(id) + " has no task " + std::to_string(task));
+    }
+    t = &batch->tasks[task];
   }
-  return batch->tasks[task].Snapshot();
+  return t->Snapshot();
 }
 
 Result<BatchStatus> TransferEngine::Impl::Summary(BatchId id) {
-  Batch* batch = FindBatch(id);
-  if (batch == nullptr) return NotFoundError("no batch " + std::to_string(id));
+  ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
   return batch->Summary();
 }
 
 Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferRequest>& requests,
                                     const NotifyMessage* notify) {
-  Batch* batch = FindBatch(id);
-  if (batch == nullptr) return NotFoundError("no batch " + std::to_string(id));
+  ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = requests[i];
     if (r.source == nullptr && r.length > 0) {
       return InvalidArgumentError("request " + std::to_string(i) + ": null source");
+    }
+    if (r.opcode != OpCode::kRead && r.opcode != OpCode::kWrite) {
+      return InvalidArgumentError("request " + std::to_string(i) + ": unknown opcode");
     }
     if (notify != nullptr && r.target_id != requests[0].target_id) {
       return InvalidArgumentError("a notification follows requests to one segment only");
@@ -99,26 +89,40 @@ Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferReques
                         std::to_string(batch->capacity - batch->tasks.size()) +
                         " more tasks, not " + std::to_string(requests.size()));
     }
-    const auto deadline = std::chrono::steady_clock::now() + options_.task_timeout;
+    if (requests.empty()) return Status::Ok();
+    const auto deadline = clock_->Now() + options_.task_timeout;
+    const size_t first = batch->tasks.size();
     for (const TransferRequest& r : requests) {
       Task& task = batch->tasks.emplace_back();
-      task.batch = batch;
+      task.batch = batch.get();
       task.index = batch->tasks.size() - 1;
       task.request = r;
       task.deadline = deadline;
+      task.state.store(TransferState::kPending);
       fresh.push_back(&task);
     }
-    if (notify != nullptr && !requests.empty()) {
+    if (notify != nullptr) {
       batch->notify = *notify;
       batch->notify_target = requests[0].target_id;
     }
     batch->submitted.fetch_add(requests.size());
+    if (batch->timer_id == 0) ArmTimerLocked(batch.get(), first);
   }
   // Plan every task first, then hand each transport one Submit per peer link with the slices
   // of all the tasks it carries: same-host transports pay one access grant per Submit.
   std::vector<Task*> moving;
   for (Task* task : fresh) {
-    if (PlanAndFinishEarly(task)) moving.push_back(task);
+    switch (PlanOrEnd(task, /*may_block=*/false)) {
+      case Plan::kReady:
+        task->keep_alive = batch;
+        moving.push_back(task);
+        break;
+      case Plan::kDeferred:
+        DeferPlan(batch, task);
+        break;
+      case Plan::kEnded:
+        break;
+    }
   }
   std::stable_sort(moving.begin(), moving.end(), [](const Task* a, const Task* b) {
     return std::less<>()(a->link.get(), b->link.get());
@@ -132,32 +136,83 @@ Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferReques
   return Status::Ok();
 }
 
+// ---- deadlines -----------------------------------------------------------------------------
+
+void TransferEngine::Impl::ArmTimerLocked(Batch* batch, size_t first_open) {
+  batch->expire_cursor = std::max(batch->expire_cursor, first_open);
+  if (batch->expire_cursor >= batch->tasks.size()) return;
+  std::weak_ptr<Batch> weak = batch->weak_from_this();
+  batch->timer_id = timer_.Schedule(batch->tasks[batch->expire_cursor].deadline,
+                                    [this, weak] { ExpireDue(weak); });
+}
+
+void TransferEngine::Impl::ExpireDue(const std::weak_ptr<Batch>& weak) {
+  // On the timer thread: no call on a peer, only state changes. Tasks are in submission order,
+  // so their deadlines never decrease: the walk stops at the first open task not yet due.
+  BatchPtr batch = weak.lock();
+  if (batch == nullptr) return;
+  std::vector<Task*> expired;
+  {
+    MutexLock lock(batch->mu);
+    batch->timer_id = 0;
+    const auto now = clock_->Now();
+    size_t& cursor = batch->expire_cursor;
+    while (cursor < batch->tasks.size()) {
+      Task& task = batch->tasks[cursor];
+      if (!task.ended()) {
+        if (task.deadline > now) break;
+        expired.push_back(&task);
+      }
+      ++cursor;
+    }
+    ArmTimerLocked(batch.get(), cursor);
+  }
+  for (Task* task : expired) {
+    EndTask(task, TransferState::kTimeout,
+            TimeoutError("task did not complete within " +
+                         std::to_string(options_.task_timeout.count()) + " ms"));
+  }
+}
+
 // ---- planning ------------------------------------------------------------------------------
 
-void TransferEngine::Impl::StartTask(Task* task) {
-  if (PlanAndFinishEarly(task)) SubmitSlices(std::span<Task* const>(&task, 1));
+std::string TransferEngine::Impl::PeerKey(SegmentId id) const {
+  Result<std::string> name = directory_->Name(id);
+  return name.ok() ? *name : "#" + std::to_string(id);
 }
 
-bool TransferEngine::Impl::PlanAndFinishEarly(Task* task) {
-  task->state.store(TransferState::kPending);
-  Status planned = PlanTask(task);
+void TransferEngine::Impl::DeferPlan(const BatchPtr& batch, Task* task) {
+  Status posted = workers_->Post(PeerKey(task->request.target_id), [this, batch, task] {
+    if (task->ended()) {  // expired while it waited
+      ReleaseAttempt(task);
+      return;
+    }
+    if (PlanOrEnd(task, /*may_block=*/true) != Plan::kReady) return;
+    task->keep_alive = batch;
+    SubmitSlices(std::span<Task* const>(&task, 1));
+  });
+  if (!posted.ok()) EndTask(task, TransferState::kFailed, posted);
+}
+
+TransferEngine::Impl::Plan TransferEngine::Impl::PlanOrEnd(Task* task, bool may_block) {
+  bool deferred = false;
+  Status planned = PlanTask(task, may_block, &deferred);
+  if (deferred) return Plan::kDeferred;
   if (!planned.ok()) {
-    task->local_pin.Release();
-    task->Finish(TransferState::kFailed, planned);
-    QueueNotifyIfDone(task->batch);
-    return false;
+    ReleaseAttempt(task);
+    EndTask(task, TransferState::kFailed, planned);
+    return Plan::kEnded;
   }
   if (task->slices.empty()) {  // done in place (own segment or zero bytes)
-    task->local_pin.Release();
+    ReleaseAttempt(task);
     task->batch->transferred.fetch_add(task->transferred.load());
-    task->Finish(TransferState::kCompleted, Status::Ok());
-    QueueNotifyIfDone(task->batch);
-    return false;
+    EndTask(task, TransferState::kCompleted, Status::Ok());
+    return Plan::kEnded;
   }
-  return true;
+  return Plan::kReady;
 }
 
-Status TransferEngine::Impl::PlanTask(Task* task) {
+Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred) {
   const TransferRequest& r = task->request;
   task->slices.clear();
   task->transferred.store(0);
@@ -171,16 +226,30 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
     if (!pin.ok()) return pin.status().WithContext("local buffer of the request");
     task->local_pin = std::move(pin).value();
   }
-  ASSIGN_OR_RETURN(SegmentHandle target, directory_->Get(r.target_id));
-  task->desc = target.desc;
+  Result<SegmentHandle> target =
+      may_block ? directory_->Get(r.target_id) : directory_->Cached(r.target_id);
+  if (!may_block && target.status().code() == StatusCode::kUnavailable) {
+    *deferred = true;
+    return target.status();
+  }
+  if (!target.ok()) return target.status();
+  task->desc = target->desc;
   const SegmentDesc& desc = *task->desc;
   if (desc.name == name_ && desc.incarnation == incarnation_) return LocalCopy(task);
   if (r.length == 0) return Status::Ok();
 
   const BufferDesc* buffer = desc.FindCovering(r.target_offset, r.length);
-  if (buffer == nullptr && !task->stale_retried.exchange(true)) {
-    // The cache may predate the peer's registration: refresh once before refusing.
-    if (directory_->Sync(desc.name).ok()) return PlanTask(task);
+  if (buffer == nullptr && !task->refreshed_for_missing_buffer) {
+    // The cache may predate the peer's registration: refresh once before refusing (on the
+    // peer's worker, and no more often than the peer's refresh backoff allows).
+    if (!may_block) {
+      *deferred = true;
+      return Status::Ok();
+    }
+    task->refreshed_for_missing_buffer = true;
+    if (health_->AllowRefresh(desc.name) && directory_->Sync(desc.name).ok()) {
+      return PlanTask(task, may_block, deferred);
+    }
   }
   if (buffer == nullptr) {
     return InvalidArgumentError(
@@ -190,6 +259,15 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
   if (!buffer->remote_accessible) {
     return PermissionDeniedError("the target buffer of segment '" + desc.name +
                                  "' is not remote-accessible");
+  }
+  if (task->planned_incarnation != 0 && (desc.incarnation != task->planned_incarnation ||
+                                         buffer->generation != task->planned_generation)) {
+    return StaleReason(StaleError("planned against incarnation " +
+                                  std::to_string(task->planned_incarnation) + " generation " +
+                                  std::to_string(task->planned_generation) + ", now " +
+                                  std::to_string(desc.incarnation) + " generation " +
+                                  std::to_string(buffer->generation)),
+                       desc.name);
   }
   const std::vector<std::string> order = TransportsFor(*task, *buffer);
   if (order.empty() && !r.transport.empty()) {
@@ -204,7 +282,12 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
   Status last = UnavailableError("no transport connected");
   for (const std::string& name : order) {
     Transport* transport = FindTransport(name);
-    Result<std::shared_ptr<PeerLink>> link = GetLink(transport, desc);
+    Result<std::shared_ptr<PeerLink>> link = links_.Find(transport, desc);
+    if (!link.ok() && !may_block) {
+      *deferred = true;  // connecting may wait on the peer
+      return Status::Ok();
+    }
+    if (!link.ok()) link = links_.Get(transport, desc);
     if (!link.ok()) {
       policy_->ReportFailure(name, desc.name);
       last = link.status();
@@ -213,6 +296,8 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
     task->transport = transport;
     task->carrier.store(transport);
     task->link = std::move(link).value();
+    task->planned_incarnation = desc.incarnation;
+    task->planned_generation = buffer->generation;
     const std::string_view key = buffer->keys.at(name);
     for (uint64_t done = 0; done < r.length; done += options_.slice_size) {
       Slice slice;
@@ -223,6 +308,7 @@ Status TransferEngine::Impl::PlanTask(Task* task) {
       slice.remote_generation = buffer->generation;
       slice.peer_incarnation = desc.incarnation;
       slice.remote_key = key;
+      slice.deadline = task->deadline;
       slice.task = task;
       task->slices.push_back(slice);
     }
@@ -246,136 +332,6 @@ Status TransferEngine::Impl::LocalCopy(Task* task) {
   return Status::Ok();
 }
 
-Result<std::shared_ptr<PeerLink>> TransferEngine::Impl::GetLink(Transport* transport,
-                                                                const SegmentDesc& peer) {
-  const std::string key = std::string(transport->name()) + "|" + peer.name;
-  {
-    MutexLock lock(links_mu_);
-    auto it = links_.find(key);
-    if (it != links_.end() && it->second.incarnation == peer.incarnation) return it->second.link;
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, transport->Connect(peer));
-  MutexLock lock(links_mu_);
-  LinkEntry& entry = links_[key];
-  if (entry.link == nullptr || entry.incarnation != peer.incarnation) {
-    entry = {peer.incarnation, link};  // a new incarnation gets a new link
-  }
-  return entry.link;
-}
-
-void TransferEngine::Impl::DropLink(std::string_view transport, std::string_view peer) {
-  MutexLock lock(links_mu_);
-  links_.erase(std::string(transport) + "|" + std::string(peer));
-}
-
-// ---- slices and completions ----------------------------------------------------------------
-
-void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
-  // Chunks keep one huge submission within the transport's queue bound; back-pressure (Again)
-  // is retried until the earliest deadline. Slices that could not be queued complete here with
-  // the error, so the accounting is the same as for slices that failed in flight. Every task's
-  // count is set before the first Submit: completions may run at once, on other threads.
-  constexpr size_t kChunk = 1024;
-  Transport* transport = tasks.front()->transport;
-  PeerLink& link = *tasks.front()->link;
-  auto deadline = tasks.front()->deadline;
-  std::vector<Slice*> slices;
-  for (Task* task : tasks) {
-    for (Slice& s : task->slices) slices.push_back(&s);
-    task->slices_left.store(task->slices.size());
-    task->batch->slices_in_flight.fetch_add(task->slices.size());
-    deadline = std::min(deadline, task->deadline);
-  }
-  for (size_t next = 0; next < slices.size();) {
-    const std::span<Slice* const> chunk(slices.data() + next,
-                                        std::min(kChunk, slices.size() - next));
-    Status s = transport->Submit(link, chunk);
-    while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(100us);
-      s = transport->Submit(link, chunk);
-    }
-    if (!s.ok()) {
-      const Status error = s.WithContext("submitting to '" + std::string(transport->name()) + "'");
-      for (size_t i = next; i < slices.size(); ++i) CompleteSlice(slices[i], error);
-      return;
-    }
-    next += chunk.size();
-  }
-}
-
-void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
-  Task* task = static_cast<Task*>(slice->task);
-  Batch* batch = task->batch;
-  if (status.ok()) {
-    task->transferred.fetch_add(slice->length);
-  } else {
-    MutexLock lock(task->mu);
-    if (task->first_error.ok()) task->first_error = status;
-  }
-  if (task->slices_left.fetch_sub(1) == 1) OnAllSlicesDone(task);
-  // Last: once this reaches zero the batch (and the task) may be freed.
-  batch->slices_in_flight.fetch_sub(1);
-}
-
-void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
-  Status error;
-  {
-    MutexLock lock(task->mu);
-    error = task->first_error;
-  }
-  const std::string transport(task->transport->name());
-  const std::string peer = task->desc->name;
-  if (error.ok()) {
-    policy_->ReportSuccess(transport, peer);
-    EndAttempt(task);
-    if (task->Finish(TransferState::kCompleted, Status::Ok())) {
-      task->batch->transferred.fetch_add(task->transferred.load());
-    }
-    QueueNotifyIfDone(task->batch);
-    return;
-  }
-  // A failure of the transport rather than of the request: avoid that link for a while.
-  const StatusCode code = error.code();
-  const bool transport_failed = code == StatusCode::kUnavailable || code == StatusCode::kTimeout ||
-                                code == StatusCode::kPermissionDenied ||
-                                code == StatusCode::kInternal;
-  if (transport_failed) {
-    policy_->ReportFailure(transport, peer);
-    DropLink(transport, peer);  // re-established on next use
-  }
-  const bool pending = task->state.load() == TransferState::kPending;
-  const bool maybe_outdated = code == StatusCode::kStale || code == StatusCode::kUnavailable;
-  if (pending && maybe_outdated && !task->stale_retried.exchange(true)) {
-    // Planned against an old descriptor (STALE), or the peer was unreachable, perhaps because
-    // it restarted elsewhere: refresh the descriptor once and plan again (progress thread).
-    directory_->Invalidate(peer);
-    QueueRetry(task);
-    return;
-  }
-  if (pending && transport_failed && CanFallBack(task)) {
-    QueueRetry(task);  // the failed transport is cooling down: another one goes first now
-    return;
-  }
-  EndAttempt(task);
-  task->Finish(TransferState::kFailed, error);
-  QueueNotifyIfDone(task->batch);
-}
-
-void TransferEngine::Impl::QueueRetry(Task* task) {
-  task->batch->slices_in_flight.fetch_add(1);  // keeps the batch alive until retried
-  MutexLock lock(progress_mu_);
-  retries_.push_back(task);
-  progress_cv_.NotifyAll();
-}
-
-bool TransferEngine::Impl::CanFallBack(Task* task) {
-  if (task->fallback_tried.load() || task->desc == nullptr) return false;
-  const TransferRequest& r = task->request;
-  const BufferDesc* buffer = task->desc->FindCovering(r.target_offset, r.length);
-  if (buffer == nullptr) return false;
-  return TransportsFor(*task, *buffer).size() > 1;
-}
-
 std::vector<std::string> TransferEngine::Impl::TransportsFor(const Task& task,
                                                              const BufferDesc& buffer) {
   std::vector<std::string> order = policy_->Order(buffer, candidates_, SameHost(*task.desc),
@@ -386,112 +342,218 @@ std::vector<std::string> TransferEngine::Impl::TransportsFor(const Task& task,
   return order;
 }
 
-void TransferEngine::Impl::EndAttempt(Task* task) {
-  task->local_pin.Release();
-  task->link.reset();
+bool TransferEngine::Impl::CanFallBack(Task* task) {
+  if (task->fallback_tried.load() || task->desc == nullptr) return false;
+  const TransferRequest& r = task->request;
+  const BufferDesc* buffer = task->desc->FindCovering(r.target_offset, r.length);
+  if (buffer == nullptr) return false;
+  return TransportsFor(*task, *buffer).size() > 1;
 }
 
-void TransferEngine::Impl::QueueNotifyIfDone(Batch* batch) {
-  const BatchStatus summary = batch->Summary();
-  if (summary.state != TransferState::kCompleted) return;
-  {
-    MutexLock lock(batch->mu);
-    if (!batch->notify.has_value()) return;
+// ---- slices and completions ----------------------------------------------------------------
+
+namespace {
+
+// Slices a full transport queue turned back, handed over on the peer's worker as room frees.
+// Whatever is still here when it goes (the deadline passed, the engine stops) completes with
+// an error, so every slice completes exactly once.
+constexpr size_t kChunk = 1024;  // slices per Transport::Submit call
+
+struct Backlog {
+  TransportContext* ctx = nullptr;
+  Transport* transport = nullptr;
+  std::shared_ptr<PeerLink> link;
+  std::vector<Slice*> slices;
+  size_t next = 0;
+  std::chrono::steady_clock::time_point deadline{};
+  Status leftover_error = CanceledError("the engine stopped before the slice was handed over");
+
+  ~Backlog() {
+    for (size_t i = next; i < slices.size(); ++i) ctx->CompleteSlice(slices[i], leftover_error);
   }
-  MutexLock lock(progress_mu_);
-  if (std::find(notify_ready_.begin(), notify_ready_.end(), batch) == notify_ready_.end()) {
-    batch->slices_in_flight.fetch_add(1);  // keeps the batch until the notification is out
-    notify_ready_.push_back(batch);
+};
+
+}  // namespace
+
+void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
+  // Chunks keep one huge submission within the transport's queue bound. Every task's count is
+  // set before the first Submit: completions may run at once, on other threads.
+  auto backlog = std::make_shared<Backlog>();
+  backlog->ctx = this;
+  backlog->transport = tasks.front()->transport;
+  backlog->link = tasks.front()->link;
+  backlog->deadline = tasks.front()->deadline;
+  for (Task* task : tasks) {
+    for (Slice& s : task->slices) backlog->slices.push_back(&s);
+    task->slices_left.store(task->slices.size());
+    backlog->deadline = std::min(backlog->deadline, task->deadline);
   }
-  progress_cv_.NotifyAll();
+  auto hand_over = [](Backlog& b) -> Status {
+    while (b.next < b.slices.size()) {
+      const std::span<Slice* const> chunk(b.slices.data() + b.next,
+                                          std::min(kChunk, b.slices.size() - b.next));
+      Status s = b.transport->Submit(*b.link, chunk);
+      if (!s.ok()) return s;
+      b.next += chunk.size();
+    }
+    return Status::Ok();
+  };
+  Status s = hand_over(*backlog);
+  if (s.ok()) return;
+  if (s.code() != StatusCode::kAgain) {
+    backlog->leftover_error =
+        s.WithContext("submitting to '" + std::string(backlog->transport->name()) + "'");
+    return;  // ~Backlog completes what was not handed over
+  }
+  // The transport's queue is full: the rest waits on the peer's worker, not on the caller.
+  const std::string peer = tasks.front()->desc->name;
+  Status posted = workers_->Post(peer, [backlog, hand_over] {
+    auto pause = 50us;
+    for (;;) {
+      Status again = hand_over(*backlog);
+      if (again.ok()) return;
+      if (again.code() != StatusCode::kAgain) {
+        backlog->leftover_error = again;
+        return;
+      }
+      if (std::chrono::steady_clock::now() >= backlog->deadline) {
+        backlog->leftover_error = TimeoutError("the transport's queue stayed full until the "
+                                               "deadline");
+        return;
+      }
+      std::this_thread::sleep_for(pause);  // back-off on a full queue, on this peer's worker
+      pause = std::min<std::chrono::microseconds>(pause * 2, 2ms);
+    }
+  });
+  if (!posted.ok()) backlog->leftover_error = posted;
 }
 
-void TransferEngine::Impl::RetryTask(Task* task) {
-  const bool can_fall_back = CanFallBack(task);  // needs the local pin EndAttempt releases
-  EndAttempt(task);
-  if (task->state.load() != TransferState::kPending) return;  // timed out meanwhile
+void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
+  Task* task = static_cast<Task*>(slice->task);
+  if (status.ok()) {
+    task->transferred.fetch_add(slice->length);
+  } else {
+    MutexLock lock(task->mu);
+    if (task->first_error.ok()) task->first_error = status;
+  }
+  if (task->slices_left.fetch_sub(1) == 1) {
+    // Last slice of the attempt: the batch stays alive through `keep` until this returns.
+    BatchPtr keep = std::move(task->keep_alive);
+    OnAllSlicesDone(task);
+  }
+}
+
+void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
   Status error;
   {
     MutexLock lock(task->mu);
     error = task->first_error;
   }
-  if (error.code() == StatusCode::kUnavailable && !task->fallback_tried.load()) {
-    // A new incarnation is worth another try; the same one is down for this transport, and
-    // only another transport may still reach it.
-    const uint64_t planned = task->desc->incarnation;
-    Status synced = directory_->Sync(task->desc->name);
-    Result<SegmentHandle> now = directory_->Get(task->request.target_id);
-    const bool restarted = synced.ok() && now.ok() && now->desc->incarnation != planned;
-    if (!restarted && !can_fall_back) {
-      task->Finish(TransferState::kFailed, error);
-      QueueNotifyIfDone(task->batch);
-      return;
-    }
+  const std::string transport(task->transport->name());
+  const std::string peer = task->desc->name;
+  if (task->ended()) {  // expired (TIMEOUT) while its slices were out: nothing more to do
+    ReleaseAttempt(task);
+    return;
   }
-  if (error.code() != StatusCode::kStale) task->fallback_tried.store(true);
-  StartTask(task);
+  if (error.ok()) {
+    policy_->ReportSuccess(transport, peer);
+    health_->ReportSuccess(peer);
+    ReleaseAttempt(task);
+    task->batch->transferred.fetch_add(task->transferred.load());
+    EndTask(task, TransferState::kCompleted, Status::Ok());
+    return;
+  }
+  const StatusCode code = error.code();
+  if (TransportFailure(code)) {
+    policy_->ReportFailure(transport, peer);
+    links_.Drop(transport, peer, task->desc->incarnation);  // re-established on next use
+  }
+  health_->ReportFailure(peer, error);
+  if (code == StatusCode::kStale) {
+    // The target's identity changed under the plan: refresh the cache for the next request,
+    // never retry this one.
+    if (health_->AllowRefresh(peer)) directory_->Invalidate(peer);
+    ReleaseAttempt(task);
+    EndTask(task, TransferState::kFailed, StaleReason(error, peer));
+    return;
+  }
+  const bool before_deadline = clock_->Now() < task->deadline;
+  if (code == StatusCode::kTimeout && !before_deadline) {
+    ReleaseAttempt(task);
+    EndTask(task, TransferState::kTimeout, error);
+    return;
+  }
+  if (TransportFailure(code) && before_deadline && task->retries.load() < kMaxRetries) {
+    task->retries.fetch_add(1);
+    BatchPtr batch = task->batch->shared_from_this();
+    Status posted = workers_->Post(peer, [this, batch, task, error] { RetryTask(task, error); });
+    if (posted.ok()) return;
+    error = error.WithContext(posted.message());
+  }
+  ReleaseAttempt(task);
+  EndTask(task, TransferState::kFailed, error);
 }
 
-// ---- the progress thread -------------------------------------------------------------------
-
-void TransferEngine::Impl::ProgressLoop() {
-  for (;;) {
-    std::deque<Task*> retries;
-    std::deque<Batch*> notifies;
-    {
-      MutexLock lock(progress_mu_);
-      if (retries_.empty() && notify_ready_.empty() && !stopping_) {
-        progress_cv_.WaitUntil(progress_mu_, std::chrono::steady_clock::now() + 20ms);
-      }
-      if (stopping_) return;
-      retries.swap(retries_);
-      notifies.swap(notify_ready_);
-    }
-    for (Task* task : retries) {
-      Batch* batch = task->batch;
-      RetryTask(task);
-      batch->slices_in_flight.fetch_sub(1);
-    }
-    for (Batch* batch : notifies) {
-      std::optional<NotifyMessage> notify;
-      SegmentId target = 0;
-      {
-        MutexLock lock(batch->mu);
-        notify.swap(batch->notify);
-        target = batch->notify_target;
-      }
-      if (notify.has_value()) {
-        Status s = SendNotify(target, *notify);
-        if (!s.ok()) FERRY_LOG(kWarn) << "notification after batch " << batch->id << ": " << s;
-      }
-      batch->slices_in_flight.fetch_sub(1);
-    }
-    ExpireTasks();
+void TransferEngine::Impl::RetryTask(Task* task, Status error) {
+  // On the peer's worker. The link of the failed attempt goes; the local pin stays.
+  const bool can_fall_back = CanFallBack(task);
+  task->link.reset();
+  if (task->ended()) {
+    ReleaseAttempt(task);
+    return;
   }
+  const std::string peer = task->desc->name;
+  if (error.code() == StatusCode::kUnavailable && health_->AllowRefresh(peer)) {
+    // Unreachable: perhaps it restarted. A new incarnation ends the task Stale (never
+    // re-aimed); an unreachable store leaves the cached descriptor, and the plan below decides.
+    directory_->Sync(peer).IgnoreError();
+  }
+  if (can_fall_back) task->fallback_tried.store(true);
+  if (PlanOrEnd(task, /*may_block=*/true) != Plan::kReady) return;
+  task->keep_alive = task->batch->shared_from_this();
+  SubmitSlices(std::span<Task* const>(&task, 1));
 }
 
-void TransferEngine::Impl::ExpireTasks() {
-  const auto now = std::chrono::steady_clock::now();
-  // batches_mu_ keeps FreeBatch away while tasks are looked at; Finish takes batch->mu itself,
-  // so the expired tasks are collected first.
-  MutexLock lock(batches_mu_);
-  for (auto& [id, batch] : batches_) {
-    if (batch->Summary().state != TransferState::kPending) continue;
-    std::vector<Task*> expired;
-    {
-      MutexLock batch_lock(batch->mu);
-      for (Task& task : batch->tasks) {
-        if (task.state.load() == TransferState::kPending && task.deadline <= now) {
-          expired.push_back(&task);
-        }
-      }
-    }
-    for (Task* task : expired) {
-      task->Finish(TransferState::kTimeout,
-                   TimeoutError("task did not complete within " +
-                                std::to_string(options_.task_timeout.count()) + " ms"));
+void TransferEngine::Impl::ReleaseAttempt(Task* task) {
+  task->local_pin.Release();
+  task->link.reset();
+}
+
+void TransferEngine::Impl::EndTask(Task* task, TransferState state, const Status& reason) {
+  if (task->Finish(state, reason)) AfterTaskEnded(task->batch);
+}
+
+void TransferEngine::Impl::AfterTaskEnded(Batch* batch) {
+  if (!batch->done()) return;
+  std::optional<NotifyMessage> notify;
+  SegmentId target = 0;
+  {
+    MutexLock lock(batch->mu);
+    if (batch->timer_id != 0) timer_.Cancel(std::exchange(batch->timer_id, 0));
+    if (batch->completed.load() == batch->submitted.load()) {
+      notify.swap(batch->notify);
+      target = batch->notify_target;
     }
   }
+  if (!notify.has_value()) return;
+  // The notification goes after its data, on the target's worker (never on a completion or
+  // timer thread).
+  BatchPtr keep = batch->shared_from_this();
+  const BatchId id = batch->id;
+  Status posted = workers_->Post(PeerKey(target), [this, keep, id, target, n = *notify] {
+    Status s = SendNotify(target, n);
+    if (!s.ok()) FERRY_LOG(kWarn) << "notification after batch " << id << ": " << s;
+  });
+  if (!posted.ok()) FERRY_LOG(kWarn) << "notification after batch " << id << ": " << posted;
+}
+
+void TransferEngine::Impl::SweepIdleLinks() {
+  if (options_.idle_link_timeout.count() <= 0) return;
+  Status posted = workers_->Post("~links", [this] { links_.DropIdle(options_.idle_link_timeout); });
+  posted.IgnoreError();  // stopping
+  timer_.Schedule(clock_->Now() + std::max<std::chrono::milliseconds>(
+                                      options_.idle_link_timeout / 2, 100ms),
+                  [this] { SweepIdleLinks(); });
 }
 
 }  // namespace ferry

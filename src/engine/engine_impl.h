@@ -1,24 +1,38 @@
-// TransferEngine::Impl: the engine behind the facade. It owns the registry, the RPC service,
-// the metadata store with its directory and publisher, the transports, the batches and a
-// progress thread (deadlines, STALE retries, notifications after their data).
+// TransferEngine::Impl: the engine behind the facade. It wires the rooms together and owns the
+// data path (data_path.cc: planning, slices, completions, retries); each other job lives in an
+// object of its own, with its own header and tests:
+//   BatchTable       batches by id, shared ownership, Free never waits   (batch_table.h)
+//   DeadlineTimer    task deadlines, kept by a timer, never by a scan     (deadline_timer.h)
+//   PeerWorkers      retries, refreshes, notifications, backlogs, per peer (peer_workers.h)
+//   LinkCache        per-peer transport links, dropped on close/restart/idle (link_cache.h)
+//   NotificationBox  received notifications, capped                       (notification_box.h)
+//   PeerHealth       bounded failure logs, descriptor refresh backoff     (peer_health.h)
+//   EngineRpc        the RPC handlers this engine answers                 (engine_rpc.cc)
 //
-// Thread contract: thread-safe after Init; Init once. Destruction stops the progress thread,
-// the RPC service and the transports (failing what is in flight), removes the published
+// Isolation: no call on a peer (store fetch, connect, RPC) runs on the caller of
+// submitTransfer or on the timer thread; such work goes to the peer's queue in PeerWorkers, so
+// a frozen peer delays only its own work.
+//
+// Thread contract: thread-safe after Init; Init once. Destruction stops the RPC service, the
+// timer, the workers and the transports (failing what is in flight), removes the published
 // segment, then frees the rest.
 #pragma once
 
-#include <deque>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "core/segment_desc.h"
 #include "engine/batch.h"
+#include "engine/batch_table.h"
+#include "engine/deadline_timer.h"
+#include "engine/link_cache.h"
+#include "engine/notification_box.h"
+#include "engine/peer_health.h"
+#include "engine/peer_workers.h"
 #include "engine/selection_policy.h"
 #include "ferry/transfer_engine.h"
 #include "metadata/metadata_store.h"
@@ -54,10 +68,10 @@ class TransferEngine::Impl final : public TransportContext {
   Status SyncSegmentCache(const std::string& name);
   Result<uint64_t> Probe(SegmentId id);
   Status SendNotify(SegmentId target, const NotifyMessage& notify);
-  std::vector<NotifyMessage> TakeNotifies();
+  std::vector<NotifyMessage> TakeNotifies() { return notify_box_->TakeAll(); }
 
   // Batches (data_path.cc).
-  Result<BatchId> AllocateBatch(size_t capacity);
+  Result<BatchId> AllocateBatch(size_t capacity) { return batches_.Allocate(capacity); }
   Status FreeBatch(BatchId id);
   Status Submit(BatchId id, const std::vector<TransferRequest>& requests,
                 const NotifyMessage* notify);
@@ -74,48 +88,51 @@ class TransferEngine::Impl final : public TransportContext {
   uint64_t incarnation() const override { return incarnation_; }
 
  private:
-  struct LinkEntry {
-    uint64_t incarnation = 0;
-    std::shared_ptr<PeerLink> link;
-  };
+  using BatchPtr = std::shared_ptr<engine::Batch>;
+  enum class Plan { kReady, kEnded, kDeferred };
 
-  Status RegisterRpcHandlers();
+  Status RegisterRpcHandlers();  // engine_rpc.cc
   Status StartTransports();
+  // Snapshots the registry and publishes it, both under publish_mu_, so that the store ends up
+  // with the registry's latest state whatever order concurrent calls finish in.
   Status Publish() EXCLUDES(publish_mu_);
   Transport* FindTransport(std::string_view name) const;
   bool SameHost(const SegmentDesc& peer) const;
 
   // Data path (data_path.cc).
-  engine::Batch* FindBatch(BatchId id);
-  void StartTask(engine::Task* task);
-  // Plans `task`; finishes it at once when it failed to plan or needs no transport (own segment,
-  // zero bytes). True when its slices are to be submitted.
-  bool PlanAndFinishEarly(engine::Task* task);
-  // Resolves the target and plans slices; Ok with no slices when it was done locally.
-  Status PlanTask(engine::Task* task);
+  // Plans `task`. `may_block` false (the submitting thread): only from the cached descriptor
+  // and links; kDeferred when a fetch or a connect is needed. Ends the task (kEnded) when it
+  // fails to plan or needs no transport (own segment, zero bytes).
+  Plan PlanOrEnd(engine::Task* task, bool may_block);
+  Status PlanTask(engine::Task* task, bool may_block, bool* deferred);
   // A request to this engine's own segment: both ranges pinned, then memmove.
   Status LocalCopy(engine::Task* task);
-  // Submits the slices of `tasks`, which share one transport and peer link.
+  // Plans `task` on its peer's worker (may block there), then submits it.
+  void DeferPlan(const BatchPtr& batch, engine::Task* task);
+  // Submits the slices of `tasks`, which share one transport and peer link. Never blocks:
+  // slices a full transport queue turns back go to the peer's backlog on its worker.
   void SubmitSlices(std::span<engine::Task* const> tasks);
   void OnAllSlicesDone(engine::Task* task);
-  void EndAttempt(engine::Task* task);
-  // Hands `task` to the progress thread for another attempt (RetryTask).
-  void QueueRetry(engine::Task* task);
-  // Whether another transport than the failed one may still carry `task` (tried once only).
+  // A failed attempt whose target identity is unchanged, on the peer's worker: reconnect or
+  // fall back to another transport, never towards another incarnation or generation.
+  void RetryTask(engine::Task* task, Status error);
+  // Ends `task` (unless it already ended) and does what follows a task's end.
+  void EndTask(engine::Task* task, TransferState state, const Status& reason);
+  // After a task of `batch` ended: cancels the batch's timer and sends its notification when
+  // every task ended (the notification only when all completed).
+  void AfterTaskEnded(engine::Batch* batch);
+  void ReleaseAttempt(engine::Task* task);
   bool CanFallBack(engine::Task* task);
-  // The transports that may carry `task` to `buffer`, best first: the selection policy's order,
-  // narrowed to those the task's (pinned) local region is registered with.
   std::vector<std::string> TransportsFor(const engine::Task& task, const BufferDesc& buffer);
-  // A STALE or Unavailable attempt, on the progress thread: plan again against a refreshed
-  // descriptor (Unavailable only when the peer's incarnation changed), or fail.
-  void RetryTask(engine::Task* task);
-  Result<std::shared_ptr<PeerLink>> GetLink(Transport* transport, const SegmentDesc& peer);
-  void DropLink(std::string_view transport, std::string_view peer);
-  void QueueNotifyIfDone(engine::Batch* batch);
-  void ProgressLoop();
-  void ExpireTasks();
+  // Deadlines: arms the batch's timer entry for its earliest open task (under batch->mu).
+  void ArmTimerLocked(engine::Batch* batch, size_t first_open) REQUIRES(batch->mu);
+  void ExpireDue(const std::weak_ptr<engine::Batch>& weak);
+  void SweepIdleLinks();
+  // The PeerWorkers key of a segment id (its name when known).
+  std::string PeerKey(SegmentId id) const;
 
   EngineOptions options_;
+  Clock* const clock_ = Clock::Real();
   uint64_t incarnation_ = 0;
   std::string name_;
   SegmentDesc base_desc_;  // everything but the buffers; fixed after Init
@@ -128,31 +145,21 @@ class TransferEngine::Impl final : public TransportContext {
   std::unique_ptr<SegmentDirectory> directory_;
   std::unique_ptr<SegmentPublisher> publisher_;
   std::unique_ptr<engine::SelectionPolicy> policy_;
+  std::unique_ptr<engine::NotificationBox> notify_box_;
+  std::unique_ptr<engine::PeerHealth> health_;
 
-  Mutex publish_mu_;
-  std::map<std::string, std::string> published_ GUARDED_BY(publish_mu_);  // key -> value
-
-  Mutex batches_mu_;
-  std::map<BatchId, std::unique_ptr<engine::Batch>> batches_ GUARDED_BY(batches_mu_);
-  BatchId next_batch_ GUARDED_BY(batches_mu_) = 1;
-
-  Mutex links_mu_;
-  std::map<std::string, LinkEntry> links_ GUARDED_BY(links_mu_);  // "<transport>|<segment>"
+  Mutex publish_mu_;  // serializes snapshot + publication
+  Mutex served_mu_;
+  std::map<std::string, std::string> served_ GUARDED_BY(served_mu_);  // P2P: key -> value
 
   Mutex managed_mu_;
   std::map<void*, Transport*> managed_ GUARDED_BY(managed_mu_);  // buffer -> its allocator
 
-  Mutex notify_mu_;
-  std::deque<NotifyMessage> notifies_ GUARDED_BY(notify_mu_);
-
-  Mutex progress_mu_;
-  CondVar progress_cv_;
-  bool stopping_ GUARDED_BY(progress_mu_) = false;
-  std::deque<engine::Task*> retries_ GUARDED_BY(progress_mu_);
-  std::deque<engine::Batch*> notify_ready_ GUARDED_BY(progress_mu_);
-  std::thread progress_;
-
+  engine::BatchTable batches_;
+  engine::DeadlineTimer timer_{Clock::Real()};
+  std::unique_ptr<engine::PeerWorkers> workers_;
   std::vector<std::unique_ptr<Transport>> transports_;
+  engine::LinkCache links_{Clock::Real()};     // after transports_: its links go first
   std::vector<engine::Candidate> candidates_;  // transports_ as the selection policy sees them
   std::unique_ptr<RpcServer> rpc_server_;      // destroyed first of the services
 };

@@ -45,14 +45,13 @@ uint64_t NewIncarnation() {
 // ---- Impl: life cycle ----------------------------------------------------------------------
 
 TransferEngine::Impl::~Impl() {
-  {
-    MutexLock lock(progress_mu_);
-    stopping_ = true;
-    progress_cv_.NotifyAll();
-  }
-  if (progress_.joinable()) progress_.join();
+  // Inbound first, then the threads that start work, then the transports (which fail what is in
+  // flight, releasing the batches it held), then the store entries.
   if (rpc_server_ != nullptr) rpc_server_->Stop();
+  timer_.Stop();
+  if (workers_ != nullptr) workers_->Stop();
   for (auto& t : transports_) t->Stop();  // fails what is in flight
+  links_.Clear();
   if (publisher_ != nullptr) {
     Status s = publisher_->Remove();
     if (!s.ok()) FERRY_LOG(kWarn) << "removing segment '" << name_ << "' at shutdown: " << s;
@@ -60,10 +59,7 @@ TransferEngine::Impl::~Impl() {
   directory_.reset();
   publisher_.reset();
   store_.reset();
-  {
-    MutexLock lock(batches_mu_);
-    batches_.clear();  // releases the local pins tasks still hold
-  }
+  batches_.TakeAll().clear();  // releases the local pins tasks still hold
 }
 
 Status TransferEngine::Impl::Init(const EngineOptions& options) {
@@ -71,6 +67,15 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   options_ = options;
   if (options_.slice_size == 0) return InvalidArgumentError("slice_size must be > 0");
   if (options_.task_timeout.count() <= 0) return InvalidArgumentError("task_timeout must be > 0");
+  if (options_.request_timeout.count() <= 0) {
+    return InvalidArgumentError("request_timeout must be > 0");
+  }
+  if (options_.worker_threads == 0) return InvalidArgumentError("worker_threads must be > 0");
+  notify_box_ = std::make_unique<engine::NotificationBox>(options_.max_pending_notifies,
+                                                          options_.max_pending_notify_bytes);
+  health_ = std::make_unique<engine::PeerHealth>(clock_, engine::PeerHealthOptions{});
+  workers_ = std::make_unique<engine::PeerWorkers>(
+      engine::PeerWorkersOptions{.max_threads = options_.worker_threads});
   incarnation_ = NewIncarnation();
   registry_ = std::make_unique<LocalRegistry>(
       RegistryOptions{.drain_timeout = options_.unregister_drain_timeout});
@@ -97,10 +102,14 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
                                                {.request_timeout = options_.request_timeout,
                                                 .lease_ttl = options_.lease_ttl},
                                                p2p_source_.get()));
-  ASSIGN_OR_RETURN(directory_, SegmentDirectory::Create(
-                                   store_.get(), {.prefix = options_.metadata_prefix,
-                                                  .cache_ttl = options_.segment_cache_ttl,
-                                                  .fetch_timeout = options_.request_timeout * 2}));
+  DirectoryOptions directory{.prefix = options_.metadata_prefix,
+                             .cache_ttl = options_.segment_cache_ttl,
+                             .fetch_timeout = options_.request_timeout * 2};
+  // A peer that restarted under its name: the links made for its old incarnation go.
+  directory.on_restarted = [this](std::string_view peer, uint64_t, uint64_t now) {
+    links_.DropOtherIncarnations(peer, now);
+  };
+  ASSIGN_OR_RETURN(directory_, SegmentDirectory::Create(store_.get(), std::move(directory)));
   publisher_ = std::make_unique<SegmentPublisher>(store_.get(), options_.metadata_prefix);
 
   base_desc_.name = name_;
@@ -110,7 +119,8 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   if (!options_.host_id.empty()) base_desc_.host.boot_id = "host-id:" + options_.host_id;
   RETURN_IF_ERROR(StartTransports());
   RETURN_IF_ERROR(Publish());
-  progress_ = std::thread([this] { ProgressLoop(); });
+  timer_.Start();
+  SweepIdleLinks();
   FERRY_LOG(kInfo) << "engine '" << name_ << "' up, incarnation " << incarnation_;
   return Status::Ok();
 }
@@ -154,49 +164,17 @@ bool TransferEngine::Impl::SameHost(const SegmentDesc& peer) const {
   return IsSameHost(base_desc_.host, peer.host);
 }
 
-Status TransferEngine::Impl::RegisterRpcHandlers() {
-  RETURN_IF_ERROR(rpc_server_->RegisterHandler(
-      ToWire(RpcType::kGetSegmentDesc),
-      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
-        ASSIGN_OR_RETURN(std::string key, UnpackGetSegmentDescRequest(payload));
-        MutexLock lock(publish_mu_);
-        auto it = published_.find(key);
-        if (it == published_.end()) return NotFoundError("no key '" + key + "' at " + name_);
-        return it->second;
-      }));
-  RETURN_IF_ERROR(rpc_server_->RegisterHandler(
-      ToWire(RpcType::kNotify),
-      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
-        ASSIGN_OR_RETURN(NotifyRequest request, UnpackNotifyRequest(payload));
-        MutexLock lock(notify_mu_);
-        notifies_.push_back({std::move(request.segment_name), std::move(request.notify)});
-        return std::string();
-      }));
-  RETURN_IF_ERROR(rpc_server_->RegisterHandler(
-      ToWire(RpcType::kProbe),
-      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
-        RETURN_IF_ERROR(UnpackEmpty(payload, "probe request"));
-        return Pack(ProbeResponse{incarnation_, name_});
-      }));
-  return rpc_server_->RegisterHandler(
-      ToWire(RpcType::kExchange),
-      [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
-        ASSIGN_OR_RETURN(ExchangeRequest request, UnpackExchangeRequest(payload));
-        Transport* t = FindTransport(request.transport);
-        if (t == nullptr)
-          return NotFoundError("no transport '" + request.transport + "' at " + name_);
-        return t->OnExchange(request.bytes);
-      });
-}
-
 Status TransferEngine::Impl::Publish() {
+  // The snapshot is taken under the same lock as the write: whichever call publishes last
+  // publishes the registry's latest state.
+  MutexLock lock(publish_mu_);
   SegmentDesc desc = base_desc_;
   desc.buffers = registry_->Snapshot();
-  MutexLock lock(publish_mu_);
   std::string encoded;
   RETURN_IF_ERROR(publisher_->Publish(desc, &encoded));
-  published_[SegmentDescKey(options_.metadata_prefix, name_)] = std::move(encoded);
-  published_[RpcMetaKey(options_.metadata_prefix, name_)] = RpcMetaValue(desc);
+  MutexLock served(served_mu_);
+  served_[SegmentDescKey(options_.metadata_prefix, name_)] = std::move(encoded);
+  served_[RpcMetaKey(options_.metadata_prefix, name_)] = RpcMetaValue(desc);
   return Status::Ok();
 }
 
@@ -336,7 +314,12 @@ Result<SegmentId> TransferEngine::Impl::OpenSegment(const std::string& name) {
 }
 
 Status TransferEngine::Impl::CloseSegment(SegmentId id) {
+  ASSIGN_OR_RETURN(std::string name, directory_->Name(id));
   directory_->Close(id);
+  // The links go now; each one's connections, grant channels and mappings are released once
+  // the last task that uses it lets go.
+  links_.DropPeer(name);
+  health_->Forget(name);
   return Status::Ok();
 }
 
@@ -366,14 +349,6 @@ Status TransferEngine::Impl::SendNotify(SegmentId target, const NotifyMessage& n
       ->Call(peer, ToWire(RpcType::kNotify), Pack(NotifyRequest{name_, notify.payload}),
              options_.request_timeout)
       .status();
-}
-
-std::vector<NotifyMessage> TransferEngine::Impl::TakeNotifies() {
-  MutexLock lock(notify_mu_);
-  std::vector<NotifyMessage> out(std::make_move_iterator(notifies_.begin()),
-                                 std::make_move_iterator(notifies_.end()));
-  notifies_.clear();
-  return out;
 }
 
 Result<std::string> TransferEngine::Impl::Exchange(const SegmentDesc& peer,

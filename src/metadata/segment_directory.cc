@@ -76,6 +76,24 @@ Result<SegmentHandle> SegmentDirectory::Get(SegmentId id) {
   return OpenEntry(name, /*force=*/false);
 }
 
+Result<SegmentHandle> SegmentDirectory::Cached(SegmentId id) const {
+  MutexLock lock(mu_);
+  auto it = names_.find(id);
+  if (it == names_.end()) return NotFoundError("no segment with id " + std::to_string(id));
+  const Entry& entry = entries_.find(it->second)->second;
+  if (!FreshLocked(entry) || entry.fetching) {
+    return UnavailableError("segment '" + it->second + "' needs a fetch");
+  }
+  return SegmentHandle{entry.id, entry.desc};
+}
+
+Result<std::string> SegmentDirectory::Name(SegmentId id) const {
+  MutexLock lock(mu_);
+  auto it = names_.find(id);
+  if (it == names_.end()) return NotFoundError("no segment with id " + std::to_string(id));
+  return it->second;
+}
+
 void SegmentDirectory::Close(SegmentId id) {
   MutexLock lock(mu_);
   auto it = names_.find(id);
@@ -269,9 +287,22 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) 
     store_->Delete(SegmentDescKey(prefix_, published_name_)).IgnoreError();
     store_->Delete(RpcMetaKey(prefix_, published_name_)).IgnoreError();
   }
-  // rpc_meta first: a peer that sees the descriptor can always find the endpoint.
-  RETURN_IF_ERROR(store_->Put(RpcMetaKey(prefix_, desc.name), rpc_meta, {.leased = true}));
-  RETURN_IF_ERROR(store_->Put(SegmentDescKey(prefix_, desc.name), json, {.leased = true}));
+  if (published_name_ != desc.name) written_.clear();
+  // rpc_meta first: a peer that sees the descriptor can always find the endpoint. A value the
+  // store already holds from us is not written again (the store client keeps leased keys alive
+  // and rewrites them after a store restart): rpc_meta goes once per incarnation, and
+  // Mooncake's HTTP server refuses a second PUT of it.
+  const std::string meta_key = RpcMetaKey(prefix_, desc.name);
+  const std::string desc_key = SegmentDescKey(prefix_, desc.name);
+  for (const auto& [key, value] : {std::pair<const std::string&, const std::string&>{meta_key, rpc_meta},
+                                   {desc_key, json}}) {
+    auto it = written_.find(key);
+    if (it != written_.end() && it->second == value) continue;
+    written_.erase(key);  // unknown until the Put answers
+    RETURN_IF_ERROR(store_->Put(key, value, {.leased = true}));
+    written_[key] = value;
+    ++writes_;
+  }
   published_name_ = desc.name;
   ++publishes_;
   if (encoded != nullptr) *encoded = json;
@@ -284,12 +315,18 @@ Status SegmentPublisher::Remove() {
   Status a = store_->Delete(SegmentDescKey(prefix_, published_name_));
   Status b = store_->Delete(RpcMetaKey(prefix_, published_name_));
   published_name_.clear();
+  written_.clear();
   return a.ok() ? b : a;
 }
 
 uint64_t SegmentPublisher::publishes() const {
   MutexLock lock(mu_);
   return publishes_;
+}
+
+uint64_t SegmentPublisher::writes() const {
+  MutexLock lock(mu_);
+  return writes_;
 }
 
 }  // namespace ferry

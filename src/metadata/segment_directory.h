@@ -76,6 +76,12 @@ class SegmentDirectory {
   Result<SegmentHandle> Open(std::string_view name);
   // By id, with the same freshness rules as Open.
   Result<SegmentHandle> Get(SegmentId id);
+  // The cached descriptor of `id` when it is fresh, without asking the store (the data path's
+  // fast path, which must not wait on the network). NotFound for an unknown id; Unavailable
+  // when only a fetch (Get) can answer.
+  Result<SegmentHandle> Cached(SegmentId id) const;
+  // The name an id was opened under. NotFound for an unknown id.
+  Result<std::string> Name(SegmentId id) const;
   // Forgets a segment's cached descriptor (its id stays reserved for its name).
   void Close(SegmentId id);
 
@@ -139,13 +145,16 @@ class SegmentPublisher {
  public:
   SegmentPublisher(MetadataStore* store, std::string prefix);
 
-  // Validates, encodes and writes both entries. A desc that fails ValidateSegmentDesc is
-  // InvalidArgument and nothing is written.
+  // Validates, encodes and writes both entries, each only when its value differs from what
+  // this publisher last wrote (rpc_meta is therefore written once per incarnation). A desc that
+  // fails ValidateSegmentDesc is InvalidArgument and nothing is written. Calls serialize, so
+  // the store ends up holding the value of the last call.
   // On success, `*encoded` (when given) receives the descriptor JSON that was written.
   Status Publish(const SegmentDesc& desc, std::string* encoded = nullptr);
   // Deletes both entries of the last published segment (clean shutdown).
   Status Remove();
   uint64_t publishes() const;
+  uint64_t writes() const;  // Puts issued (unchanged values skipped)
 
  private:
   MetadataStore* const store_;
@@ -153,6 +162,8 @@ class SegmentPublisher {
   mutable Mutex mu_;
   std::string published_name_ GUARDED_BY(mu_);
   uint64_t publishes_ GUARDED_BY(mu_) = 0;
+  uint64_t writes_ GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::string> written_ GUARDED_BY(mu_);  // key -> value last Put
 };
 
 }  // namespace ferry
