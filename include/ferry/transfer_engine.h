@@ -14,7 +14,24 @@
 // Behaviour:
 //  - Requests are copied at submit; the caller's vector need not outlive the call.
 //  - Every task ends as COMPLETED, FAILED or TIMEOUT, with a reason, by its deadline
-//    (EngineOptions::task_timeout).
+//    (EngineOptions::task_timeout). Deadlines are kept by a timer: a TIMEOUT is reported
+//    within milliseconds of the deadline, whatever any peer does.
+//  - Final means final: once a task is reported TIMEOUT or FAILED, nothing more of it lands,
+//    and its batch can be freed at once. Per transport: tcp closes the connection of an expired
+//    request and its target refuses any request whose deadline has passed (a request the
+//    target accepted before the deadline may finish landing while its payload streams in, at
+//    most one slice); shm and cxl never copy after the deadline and close the grant channel of
+//    an expired grant; rdma (one-sided) cannot recall a write already handed to the NIC: such a
+//    write may still land after TIMEOUT.
+//  - A request is never re-aimed. Each task is planned against one incarnation of its target
+//    and one generation of the target buffer. When the target restarted (even at the same name,
+//    port and address) or re-registered the buffer, the task ends FAILED with Stale and is not
+//    retried; the cached descriptor is refreshed so that the next request plans against the new
+//    one. Retries happen only where the target is unchanged: a new connection, or another
+//    transport after a transport failure.
+//  - One peer's trouble stays with that peer: store fetches, connects, retries, notification
+//    sends and back-pressured submissions run on that peer's worker (EngineOptions::
+//    worker_threads), never on the caller of submitTransfer or on the deadline timer.
 //  - A WRITE completes only after the target applied it; a notification reaches the target only
 //    after the data of its batch is in place.
 //  - The local side of every request must lie inside memory registered with this engine.
@@ -23,6 +40,7 @@
 // Thread contract: thread-safe after init(); init() once, before anything else.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -113,6 +131,9 @@ class TransferEngine {
   Status freeManagedBuffer(void* addr);
 
   Result<SegmentId> openSegment(const std::string& name);
+  // Forgets the cached descriptor and drops the engine's links to the segment (connections,
+  // grant channels, mappings), released once no task in flight uses them. NotFound for an id
+  // openSegment never returned. Reopening by name gives the same id.
   Status closeSegment(SegmentId id);
   // Refetches one segment's descriptor, or every cached one when `name` is empty.
   Status syncSegmentCache(const std::string& name = "");
@@ -120,8 +141,12 @@ class TransferEngine {
   Result<uint64_t> probeSegment(SegmentId id);
 
   Result<BatchId> allocateBatchID(size_t batch_size);
-  // Busy while any task of the batch is still in flight.
+  // Busy while any task of the batch is WAITING or PENDING; once every task ended it frees at
+  // once, never waiting on a transport.
   Status freeBatchID(BatchId batch);
+  // Never blocks on a peer: planning that needs a store fetch or a new connection, and slices a
+  // full transport queue turns back, wait on the target's worker (within the batch's capacity,
+  // until their deadline) and the call returns at once.
   // Again when the batch has no room for the requests; InvalidArgument for a malformed request
   // (nothing of this call is queued then).
   Status submitTransfer(BatchId batch, const std::vector<TransferRequest>& requests);
@@ -131,9 +156,14 @@ class TransferEngine {
                                   const NotifyMessage& notify);
   Result<TransferStatus> getTransferStatus(BatchId batch, size_t task_id);
   Result<BatchStatus> getBatchTransferStatus(BatchId batch);
+  // Blocks until every task of the batch ended (no polling), at most `timeout`: the summary
+  // then, Timeout while tasks are still open, NotFound for an unknown batch.
+  Result<BatchStatus> waitBatch(BatchId batch, std::chrono::milliseconds timeout);
 
-  // Notifications received since the last call, in arrival order.
+  // Notifications received since the last call, in arrival order. The engine keeps at most
+  // EngineOptions::max_pending_notifies of them (max_pending_notify_bytes in all) until then.
   std::vector<NotifyMessage> getNotifies();
+  // Busy when the target holds as many notifications as its caps allow.
   Status sendNotify(SegmentId target, const NotifyMessage& notify);
 
  private:

@@ -82,6 +82,7 @@ struct Batch : std::enable_shared_from_this<Batch> {
   // which every task has ended or been expired.
   uint64_t timer_id GUARDED_BY(mu) = 0;
   size_t expire_cursor GUARDED_BY(mu) = 0;
+  CondVar ended_cv;  // with mu: notified when the batch is done (waitBatch)
 
   std::atomic<size_t> submitted{0};
   std::atomic<size_t> completed{0};

@@ -63,6 +63,22 @@ Result<BatchStatus> TransferEngine::Impl::Summary(BatchId id) {
   return batch->Summary();
 }
 
+Result<BatchStatus> TransferEngine::Impl::WaitBatch(BatchId id, std::chrono::milliseconds timeout) {
+  ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  {
+    MutexLock lock(batch->mu);
+    while (!batch->done() && std::chrono::steady_clock::now() < until) {
+      batch->ended_cv.WaitUntil(batch->mu, until);
+    }
+  }
+  if (!batch->done()) {
+    return TimeoutError("batch " + std::to_string(id) + " still has transfers in flight after " +
+                        std::to_string(timeout.count()) + " ms");
+  }
+  return batch->Summary();
+}
+
 Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferRequest>& requests,
                                     const NotifyMessage* notify) {
   ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
@@ -529,6 +545,7 @@ void TransferEngine::Impl::AfterTaskEnded(Batch* batch) {
   SegmentId target = 0;
   {
     MutexLock lock(batch->mu);
+    batch->ended_cv.NotifyAll();
     if (batch->timer_id != 0) timer_.Cancel(std::exchange(batch->timer_id, 0));
     if (batch->completed.load() == batch->submitted.load()) {
       notify.swap(batch->notify);

@@ -77,6 +77,7 @@ class TransferEngine::Impl final : public TransportContext {
                 const NotifyMessage* notify);
   Result<TransferStatus> TaskStatus(BatchId id, size_t task);
   Result<BatchStatus> Summary(BatchId id);
+  Result<BatchStatus> WaitBatch(BatchId id, std::chrono::milliseconds timeout);
 
   // TransportContext.
   Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,

@@ -440,6 +440,9 @@ Result<TransferStatus> TransferEngine::getTransferStatus(BatchId batch, size_t t
 Result<BatchStatus> TransferEngine::getBatchTransferStatus(BatchId batch) {
   return impl_->Summary(batch);
 }
+Result<BatchStatus> TransferEngine::waitBatch(BatchId batch, std::chrono::milliseconds timeout) {
+  return impl_->WaitBatch(batch, timeout);
+}
 std::vector<NotifyMessage> TransferEngine::getNotifies() { return impl_->TakeNotifies(); }
 Status TransferEngine::sendNotify(SegmentId target, const NotifyMessage& notify) {
   return impl_->SendNotify(target, notify);

@@ -16,6 +16,7 @@
 //   FERRY_PEER_HOST_ID=b            EngineOptions::host_id
 //   FERRY_PEER_NONDUMPABLE=1        prctl(PR_SET_DUMPABLE, 0): refuses cross-process access
 //   FERRY_PEER_CXL_WINDOW=/dev/shm/w EngineOptions::cxl_window
+//   FERRY_PEER_RDMA_PROVIDER=tcp;ofi_rxm EngineOptions::rdma_provider
 //   FERRY_PEER_MANAGED=1            the buffer comes from allocateManagedBuffer (=cxl: from the
 //                                   cxl window)
 #include <sys/mman.h>
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
   if (const char* h = std::getenv("FERRY_PEER_HOST")) options.host = h;
   if (const char* id = std::getenv("FERRY_PEER_HOST_ID")) options.host_id = id;
   if (const char* w = std::getenv("FERRY_PEER_CXL_WINDOW")) options.cxl_window = w;
+  if (const char* p = std::getenv("FERRY_PEER_RDMA_PROVIDER")) options.rdma_provider = p;
   if (std::getenv("FERRY_PEER_NONDUMPABLE") != nullptr && prctl(PR_SET_DUMPABLE, 0) != 0) {
     std::perror("prctl");
     return 1;
