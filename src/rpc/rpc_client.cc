@@ -99,9 +99,19 @@ Result<std::string> RpcClient::AwaitResponse(UniqueFd fd, const std::string& key
     return bad_frame("response to request " + std::to_string(header->request_id) + " type " +
                      std::to_string(header->type) + ", expected " + std::to_string(request_id));
   }
-  std::string payload(header->payload_len, '\0');
-  if (Status s = rpc::RecvExact(fd.get(), payload.data(), payload.size(), deadline); !s.ok()) {
-    return io_error(s);
+  // The length is within max_frame_bytes (checked above), but memory still follows the bytes
+  // that arrive, not the length the peer claims: a peer that announces a large frame and stalls
+  // makes this hold little.
+  constexpr size_t kFirstChunk = 64 * 1024;
+  std::string payload;
+  while (payload.size() < header->payload_len) {
+    const size_t have = payload.size();
+    const size_t want = std::min<size_t>(header->payload_len, std::max(kFirstChunk, 2 * have));
+    payload.resize(want);
+    if (Status s = rpc::RecvExact(fd.get(), payload.data() + have, want - have, deadline);
+        !s.ok()) {
+      return io_error(s);
+    }
   }
   pool_->Give(key, std::move(fd), std::chrono::steady_clock::now());
   if (header->is_error()) return rpc::DecodeErrorPayload(payload);

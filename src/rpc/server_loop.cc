@@ -50,7 +50,11 @@ void ServerLoop::Stop() {
   MutexLock lifecycle(lifecycle_mu_);
   if (stopped_) return;
   stopped_ = true;
-  stop_.store(true, std::memory_order_release);
+  {
+    MutexLock lock(mu_);  // a loop backing off after a poll failure sees it before waiting
+    stop_.store(true, std::memory_order_release);
+  }
+  stop_cv_.NotifyAll();
   if (started_) {
     Wake();
     thread_.join();
@@ -103,7 +107,12 @@ void ServerLoop::Run() {
     const int rc = poll(fds.data(), fds.size(), PollTimeoutMs(wake_at));
     if (rc < 0 && errno != EINTR) {
       FERRY_LOG(kError) << "rpc server poll failed: " << ErrnoText(errno);
-      std::this_thread::sleep_for(kAcceptBackoff);
+      // Back off without poll (which just failed); Stop() ends the wait at once.
+      MutexLock lock(mu_);
+      const Deadline until = std::chrono::steady_clock::now() + kAcceptBackoff;
+      while (!stop_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+        stop_cv_.WaitUntil(mu_, until);
+      }
       continue;
     }
     now = std::chrono::steady_clock::now();

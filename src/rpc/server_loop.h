@@ -84,6 +84,7 @@ class ServerLoop {
 
   Mutex mu_;
   std::vector<std::pair<uint64_t, std::string>> responses_ GUARDED_BY(mu_);
+  CondVar stop_cv_;  // with mu_: Stop() wakes a loop backing off after a poll failure
 
   std::atomic<uint64_t> bad_frames_{0};
   std::atomic<uint64_t> accepted_{0};

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -125,11 +126,13 @@ Result<std::vector<KeyValue>> ParseListing(const std::string& body, std::string_
 // LeaseKeeper's thread re-PUTs leased keys. write_mu_ serializes writes with lease refreshes.
 class HttpStore final : public MetadataStore {
  public:
-  HttpStore(HostPort server, std::string path, const StoreOptions& options, int64_t ttl_seconds)
+  HttpStore(HostPort server, std::string path, const StoreOptions& options,
+            const HttpStoreOptions& http_options, int64_t ttl_seconds)
       : server_(std::move(server)),
         path_(std::move(path)),
         where_("http metadata server " + server_.ToString() + path_),
         timeout_(options.request_timeout),
+        max_body_bytes_(http_options.max_body_bytes),
         ttl_seconds_(ttl_seconds),
         keeper_(RefreshInterval(options.lease_ttl),
                 [this](const std::vector<KeyValue>&) { return RefreshLeases(); }) {}
@@ -153,10 +156,12 @@ class HttpStore final : public MetadataStore {
  private:
   enum class Method { kGet, kPut, kDelete };
 
-  // One request on a fresh connection, each phase bounded by `timeout`.
-  // Errors: Unavailable when no HTTP answer came; Internal on an unexpected exception.
+  // One request on a fresh connection, each phase bounded by `timeout`; the reply's body is read
+  // up to max_body_bytes_. `what` names the request in errors ("GET 'key'").
+  // Errors: Unavailable when no HTTP answer came; InvalidArgument when the body exceeds
+  // max_body_bytes_; Internal on an unexpected exception.
   Result<Reply> Send(Method method, const std::string& target, std::string_view body,
-                     milliseconds timeout) const;
+                     milliseconds timeout, std::string_view what) const;
   std::string KeyTarget(std::string_view key) const { return path_ + "?key=" + PercentEncode(key); }
   // The error for a non-success `reply` to `what`: 5xx Unavailable, else InvalidArgument.
   Status ReplyError(const Reply& reply, std::string_view what) const;
@@ -168,6 +173,7 @@ class HttpStore final : public MetadataStore {
   const std::string path_;
   const std::string where_;  // for messages: "http metadata server h:p/path"
   const milliseconds timeout_;
+  const size_t max_body_bytes_;
   const int64_t ttl_seconds_;                  // the ttl= of leased PUTs
   Mutex write_mu_;                             // serializes Put, Delete and each lease refresh PUT
   uint64_t writes_ GUARDED_BY(write_mu_) = 0;  // Puts and Deletes so far
@@ -187,7 +193,8 @@ HttpStore::~HttpStore() {
       ++left;
       continue;
     }
-    Result<Reply> reply = Send(Method::kDelete, KeyTarget(kv.key), {}, remaining);
+    Result<Reply> reply =
+        Send(Method::kDelete, KeyTarget(kv.key), {}, remaining, "DELETE '" + kv.key + "'");
     if (!reply.ok() || (!reply->success() && reply->status != 404)) ++left;
   }
   if (left > 0) {
@@ -198,14 +205,15 @@ HttpStore::~HttpStore() {
 }
 
 Status HttpStore::Start() {
-  ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, KeyTarget(kProbeKey), {}, timeout_));
+  ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, KeyTarget(kProbeKey), {}, timeout_,
+                                     "GET '" + std::string(kProbeKey) + "' (connection check)"));
   if (reply.status >= 500) return ReplyError(reply, "GET (connection check)");
   keeper_.Start();
   return Status::Ok();
 }
 
 Result<Reply> HttpStore::Send(Method method, const std::string& target, std::string_view body,
-                              milliseconds timeout) const {
+                              milliseconds timeout, std::string_view what) const {
   static constexpr const char* kNames[] = {"GET", "PUT", "DELETE"};
   const char* name = kNames[static_cast<int>(method)];
   try {
@@ -216,16 +224,49 @@ Result<Reply> HttpStore::Send(Method method, const std::string& target, std::str
     client.set_write_timeout(timeout);
     client.set_keep_alive(false);
     client.set_url_encode(false);  // `target` is already encoded
-    httplib::Result result = method == Method::kGet ? client.Get(target)
-                             : method == Method::kPut
-                                 ? client.Put(target, body.data(), body.size(), "application/json")
-                                 : client.Delete(target);
+    httplib::Request request;
+    request.method = name;
+    request.path = target;
+    if (method == Method::kPut) {
+      request.body.assign(body.data(), body.size());
+      request.set_header("Content-Type", "application/json");
+    }
+    // The body streams into `received`, never past the cap: an announced length over it stops
+    // the request at the headers, a chunked body at the first chunk that crosses it.
+    std::string received;
+    bool over_cap = false;
+    request.response_handler = [&](const httplib::Response& response) {
+      if (!response.has_header("Content-Length")) return true;
+      const std::string announced = response.get_header_value("Content-Length");
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long length = std::strtoull(announced.c_str(), &end, 10);
+      if (errno == 0 && end != announced.c_str() && *end == '\0' && length <= max_body_bytes_) {
+        return true;
+      }
+      over_cap = true;  // over the cap, or a length that is not a number
+      return false;
+    };
+    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      if (size > max_body_bytes_ - received.size()) {
+        over_cap = true;
+        return false;
+      }
+      received.append(data, size);
+      return true;
+    };
+    httplib::Result result = client.send(request);
+    if (over_cap) {
+      return InvalidArgumentError(where_ + ": the reply to " + std::string(what) +
+                                  " has a body over max_body_bytes (" +
+                                  std::to_string(max_body_bytes_) + " bytes); not read");
+    }
     if (!result) {
       return UnavailableError(where_ + ": " + name +
                               " failed: " + httplib::to_string(result.error()) + " (timeout " +
                               std::to_string(timeout.count()) + " ms)");
     }
-    return Reply{result->status, std::move(result->body)};
+    return Reply{result->status, std::move(received)};
   } catch (const std::exception& e) {
     return InternalError(where_ + ": " + name + ": " + e.what());
   }
@@ -240,7 +281,8 @@ Status HttpStore::ReplyError(const Reply& reply, std::string_view what) const {
 }
 
 Result<std::string> HttpStore::Get(std::string_view key) {
-  ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, KeyTarget(key), {}, timeout_));
+  ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, KeyTarget(key), {}, timeout_,
+                                     "GET '" + std::string(key) + "'"));
   if (reply.status == 200) return std::move(reply.body);
   if (reply.status == 404) return NotFoundError("key '" + std::string(key) + "' not at " + where_);
   return ReplyError(reply, "GET '" + std::string(key) + "'");
@@ -249,7 +291,8 @@ Result<std::string> HttpStore::Get(std::string_view key) {
 Status HttpStore::PutOnce(std::string_view key, std::string_view value, bool leased) const {
   std::string target = KeyTarget(key);
   if (leased) target += "&ttl=" + std::to_string(ttl_seconds_);
-  ASSIGN_OR_RETURN(Reply reply, Send(Method::kPut, target, value, timeout_));
+  ASSIGN_OR_RETURN(Reply reply,
+                   Send(Method::kPut, target, value, timeout_, "PUT '" + std::string(key) + "'"));
   if (reply.success()) return Status::Ok();
   return ReplyError(reply, "PUT '" + std::string(key) + "'");
 }
@@ -270,14 +313,16 @@ Status HttpStore::Delete(std::string_view key) {
   MutexLock lock(write_mu_);
   ++writes_;
   keeper_.Forget(key);  // even if the DELETE fails: the key then expires with its TTL
-  ASSIGN_OR_RETURN(Reply reply, Send(Method::kDelete, KeyTarget(key), {}, timeout_));
+  ASSIGN_OR_RETURN(Reply reply, Send(Method::kDelete, KeyTarget(key), {}, timeout_,
+                                     "DELETE '" + std::string(key) + "'"));
   if (reply.success() || reply.status == 404) return Status::Ok();
   return ReplyError(reply, "DELETE '" + std::string(key) + "'");
 }
 
 Result<std::vector<KeyValue>> HttpStore::List(std::string_view prefix) {
   const std::string target = path_ + "?prefix=" + PercentEncode(prefix);
-  ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, target, {}, timeout_));
+  ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, target, {}, timeout_,
+                                     "GET ?prefix='" + std::string(prefix) + "'"));
   if (reply.status >= 500) return ReplyError(reply, "GET ?prefix=");
   const std::string unsupported = where_ +
                                   " does not support prefix listing (GET ?prefix=; "
@@ -320,7 +365,8 @@ Status HttpStore::RefreshLeases() {
 
 Result<std::unique_ptr<MetadataStore>> CreateHttpStore(const HostPort& server,
                                                        const std::string& path,
-                                                       const StoreOptions& options) {
+                                                       const StoreOptions& options,
+                                                       const HttpStoreOptions& http_options) {
   if (path.empty() || path.front() != '/' || path.find_first_of("?# ") != std::string::npos) {
     return InvalidArgumentError("http metadata path '" + path +
                                 "' must start with '/' and hold no '?', '#' or space");
@@ -328,9 +374,12 @@ Result<std::unique_ptr<MetadataStore>> CreateHttpStore(const HostPort& server,
   if (options.request_timeout <= milliseconds(0) || options.lease_ttl <= milliseconds(0)) {
     return InvalidArgumentError("http metadata store: request_timeout and lease_ttl must be > 0");
   }
+  if (http_options.max_body_bytes == 0) {
+    return InvalidArgumentError("http metadata store: max_body_bytes must be > 0");
+  }
   const int64_t ttl_seconds =
       std::clamp<int64_t>((options.lease_ttl.count() + 999) / 1000, 1, kMaxTtlSeconds);
-  auto store = std::make_unique<HttpStore>(server, path, options, ttl_seconds);
+  auto store = std::make_unique<HttpStore>(server, path, options, http_options, ttl_seconds);
   RETURN_IF_ERROR(store->Start());
   return std::unique_ptr<MetadataStore>(std::move(store));
 }

@@ -10,7 +10,10 @@
 // Keys are percent-encoded in the query. Every request uses a fresh connection whose connect,
 // write and read phases are each bounded by StoreOptions::request_timeout. Failures map as:
 // no connection / timeout / 5xx -> Unavailable; other 4xx -> InvalidArgument with the server's
-// text. Leased keys are re-PUT with their TTL every lease_ttl/3 by a LeaseKeeper, which also
+// text; a response body over HttpStoreOptions::max_body_bytes (announced by Content-Length, or
+// counted as a chunked body streams in) -> InvalidArgument naming the key and the cap, and the
+// connection is dropped without reading the rest.
+// Leased keys are re-PUT with their TTL every lease_ttl/3 by a LeaseKeeper, which also
 // restores them after a server restart that lost them. HTTP cannot push, so watcher() is null.
 // Mooncake's server ignores ttl=, so there a leased key outlives a crashed owner (only a clean
 // shutdown deletes it).
@@ -19,6 +22,7 @@
 // request timeout while the server is unreachable.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -28,11 +32,21 @@
 
 namespace ferry {
 
+struct HttpStoreOptions {
+  // The largest response body read (values, listings, error texts), so a misbehaving server
+  // cannot make every engine allocate without bound. The default matches the largest segment
+  // descriptor a peer decodes (DecodeLimits::max_input_bytes); a descriptor with 10,000 buffers
+  // is a few MiB.
+  size_t max_body_bytes = size_t{64} << 20;
+};
+
 // `path` is the resource path ("/metadata"). Sends one GET to check the server answers.
-// Errors: InvalidArgument for a path not starting with '/' or a non-positive timeout or TTL;
-// Unavailable when the server cannot be reached within options.request_timeout.
+// Errors: InvalidArgument for a path not starting with '/', a non-positive timeout or TTL, or a
+// zero max_body_bytes; Unavailable when the server cannot be reached within
+// options.request_timeout.
 Result<std::unique_ptr<MetadataStore>> CreateHttpStore(const HostPort& server,
                                                        const std::string& path,
-                                                       const StoreOptions& options);
+                                                       const StoreOptions& options,
+                                                       const HttpStoreOptions& http_options = {});
 
 }  // namespace ferry

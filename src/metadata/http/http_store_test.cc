@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <thread>
 
 #include "common/mutex.h"
 #include "common/tsan_suppressions.h"
+#include "core/segment_desc_codec.h"
 #include "test_servers.h"
 
 FERRY_TSAN_IGNORE_HTTPLIB()
@@ -304,6 +308,143 @@ TEST(HttpStoreTest, WorksWithAMooncakeStyleServer) {
   EXPECT_EQ(listed.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(listed.status().message().find("does not support prefix listing"), std::string::npos)
       << listed.status();
+}
+
+// An httplib server whose replies are as large as a hostile metadata server likes: a body with a
+// huge Content-Length, a chunked body that never ends, and bodies just under a cap, so the
+// client's cap is seen to hold for both framings. Bodies are generated as they are sent.
+class HugeBodyServer {
+ public:
+  static constexpr size_t kChunk = 64 * 1024;
+
+  explicit HugeBodyServer(size_t small_body) : chunk_(kChunk, 'x') {
+    server_.Get(
+        "/metadata", [this, small_body](const httplib::Request& req, httplib::Response& res) {
+          const std::string key = req.get_param_value("key");
+          if (key == "huge-length") {
+            res.set_content_provider(size_t{1} << 40, "application/json",
+                                     [this](size_t, size_t length, httplib::DataSink& sink) {
+                                       return !stop_.load() &&
+                                              sink.write(chunk_.data(), std::min(length, kChunk));
+                                     });
+          } else if (key == "huge-chunked") {
+            res.set_chunked_content_provider(
+                "application/json", [this](size_t, httplib::DataSink& sink) {
+                  return !stop_.load() && sink.write(chunk_.data(), chunk_.size());
+                });
+          } else if (key == "small-chunked") {
+            res.set_chunked_content_provider(
+                "application/json", [this, small_body](size_t offset, httplib::DataSink& sink) {
+                  if (offset >= small_body) {
+                    sink.done();
+                    return true;
+                  }
+                  return sink.write(chunk_.data(), std::min(kChunk, small_body - offset));
+                });
+          } else if (key == "small-length") {
+            res.set_content(std::string(small_body, 'y'), "application/json");
+          } else {
+            res.status = 404;
+          }
+        });
+    server_.Put("/metadata", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_chunked_content_provider("text/plain", [this](size_t, httplib::DataSink& sink) {
+        return !stop_.load() && sink.write(chunk_.data(), chunk_.size());
+      });
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~HugeBodyServer() {
+    stop_.store(true);  // providers end their bodies; the server then stops
+    server_.stop();
+    thread_.join();
+  }
+  uint16_t port() const { return static_cast<uint16_t>(port_); }
+
+ private:
+  const std::string chunk_;
+  std::atomic<bool> stop_{false};
+  httplib::Server server_;
+  int port_ = -1;
+  std::thread thread_;
+};
+
+TEST(HttpStoreTest, ReplyBodiesOverTheCapAreRefusedWithoutReadingThem) {
+  constexpr size_t kCap = 1 << 20;
+  HugeBodyServer server(kCap);  // the small bodies are exactly at the cap
+  ASSERT_GT(server.port(), 0);
+  HttpStoreOptions http;
+  http.max_body_bytes = kCap;
+  Result<std::unique_ptr<MetadataStore>> created =
+      CreateHttpStore(HostPort{"127.0.0.1", server.port()}, "/metadata", Options(), http);
+  ASSERT_TRUE(created.ok()) << created.status();
+  MetadataStore& store = **created;
+
+  for (const std::string key : {"huge-length", "huge-chunked"}) {
+    const auto start = SteadyClock::now();
+    Result<std::string> got = store.Get(key);
+    EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument) << key << ": " << got.status();
+    EXPECT_NE(got.status().message().find("'" + key + "'"), std::string::npos) << got.status();
+    EXPECT_NE(got.status().message().find(std::to_string(kCap)), std::string::npos) << got.status();
+    EXPECT_LT(SteadyClock::now() - start, 4000ms) << key << ": the body was read, not refused";
+  }
+  // At the cap, both framings are read whole.
+  for (const std::string key : {"small-length", "small-chunked"}) {
+    Result<std::string> got = store.Get(key);
+    ASSERT_TRUE(got.ok()) << key << ": " << got.status();
+    EXPECT_EQ(got->size(), kCap) << key;
+  }
+  // Replies to writes are capped too.
+  const Status put = store.Put("k", "v");
+  EXPECT_EQ(put.code(), StatusCode::kInvalidArgument) << put;
+  EXPECT_NE(put.message().find("PUT 'k'"), std::string::npos) << put;
+
+  HttpStoreOptions zero;
+  zero.max_body_bytes = 0;
+  EXPECT_EQ(CreateHttpStore(HostPort{"127.0.0.1", server.port()}, "/metadata", Options(), zero)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(HttpStoreTest, ASegmentDescriptorWithTenThousandBuffersFitsTheDefaultCap) {
+  SegmentDesc desc;
+  desc.name = "decode-node-7";
+  desc.incarnation = 0x123456789abcdefULL;
+  desc.rpc = {"10.0.0.7", 12345};
+  desc.host = {"node-7", "0f3c5a4e-7d1b-4c9a-9e2f-3b6d8a1c5e7f", 4026531836};
+  desc.transports["rdma"] = std::string(600, 'e');  // 8 endpoints' addresses
+  for (uint64_t i = 0; i < 10000; ++i) {
+    BufferDesc b;
+    b.addr = 0x7f0000000000ULL + i * (uint64_t{1} << 30);
+    b.length = uint64_t{1} << 30;
+    b.location = Location::Cpu();
+    b.generation = 1000 + i;
+    // Realistic keys: rdma's carries an id, base, length and 8 rkeys; tcp's is short.
+    b.keys["rdma"] =
+        "ferry-rdma-key/1 1234567890ab 7f0000000000 40000000 "
+        "1234567890abcdef,1234567890abcdef,1234567890abcdef,1234567890abcdef,"
+        "1234567890abcdef,1234567890abcdef,1234567890abcdef,1234567890abcdef";
+    b.keys["tcp"] = std::string(24, 'k');
+    desc.buffers.push_back(std::move(b));
+  }
+  const std::string json = EncodeSegmentDesc(desc);
+  const size_t per_buffer = json.size() / desc.buffers.size();
+  std::cout << "[ info ] a 10,000-buffer descriptor encodes to " << json.size() << " bytes ("
+            << per_buffer << " per buffer)\n";
+  EXPECT_LT(json.size() * 4, HttpStoreOptions{}.max_body_bytes)
+      << "the default cap leaves less than 4x headroom";
+
+  // And it round-trips through the real metadata server under the default cap.
+  auto server = MustStartServer();
+  ASSERT_NE(server, nullptr);
+  auto store = MustCreate(server->port());
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->Put("ferry/ram/decode-node-7", json).ok());
+  Result<std::string> got = store->Get("ferry/ram/decode-node-7");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json);
 }
 
 }  // namespace

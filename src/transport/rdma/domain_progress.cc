@@ -71,6 +71,7 @@ bool Domain::Intake() {
       FinishOp(std::move(op), preset);
     } else {
       const fi_addr_t dest = op->dest;
+      next_pending_deadline_ = std::min(next_pending_deadline_, op->job->deadline);
       pending_[dest].ops.push_back(std::move(op));
     }
   }
@@ -192,11 +193,8 @@ void Domain::Failed(Op* raw, const std::string& why, Clock::time_point now) {
     return;
   }
   std::unique_ptr<Op> op(raw);
-  if (op->deadline <= now) {
-    rt_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
-    Status timeout =
-        TimeoutError("rdma: " + DescribeOp(*op) + " did not complete within op_timeout (" +
-                     std::to_string(rt_->options.op_timeout.count()) + " ms)");
+  if (op->deadline <= now) {  // op_timeout or the slice's deadline: no retry
+    const Status timeout = OpTimeout(*op, now, /*posted=*/true);
     FinishOp(std::move(op), timeout);
     return;
   }
@@ -226,6 +224,13 @@ bool Domain::PostPending(Clock::time_point now) {
 bool Domain::PostQueue(PeerQueue& queue, Clock::time_point now, bool* posted) {
   while (!queue.ops.empty() && inflight_.size() < cap_ && !reopen_) {
     Op* op = queue.ops.front().get();
+    if (op->job->deadline <= now) {  // never handed to the provider: nothing of it can land
+      std::unique_ptr<Op> expired = std::move(queue.ops.front());
+      queue.ops.pop_front();
+      const Status timeout = OpTimeout(*expired, now, /*posted=*/false);
+      FinishOp(std::move(expired), timeout);
+      continue;
+    }
     if (op->not_before > now) return true;  // a retry waiting for the connection to reset
     const ssize_t rc = Post(*op);
     if (rc == -FI_EAGAIN) {  // no resources now, or the connection is being set up
@@ -234,7 +239,7 @@ bool Domain::PostQueue(PeerQueue& queue, Clock::time_point now, bool* posted) {
     }
     queue.ops.front().release();
     queue.ops.pop_front();
-    op->deadline = now + rt_->options.op_timeout;
+    op->deadline = std::min(now + rt_->options.op_timeout, op->job->deadline);
     inflight_.insert(op);
     if (rc != 0) {
       Failed(op,
@@ -278,6 +283,16 @@ void Domain::MaybeRebuildInitiator(Clock::time_point now) {
       target_reopen_at_ = now + kReopenEvery;
     }
   }
+  if (initiator_ && !reopen_ && inflight_.empty() && pending_.empty() &&
+      released_peers_.exchange(0) > 0) {
+    // rxm keeps a connection per peer in the endpoint after fi_av_remove: closing the idle
+    // endpoint frees those of peers no link uses any more (and costs no operation).
+    rt_->counters.idle_releases.fetch_add(1, std::memory_order_relaxed);
+    initiator_->CloseEndpoint();
+    DrainClosedInitiator(now, /*canceling=*/false);
+    initiator_.reset();
+    reopen_idle_ = true;
+  }
   if (initiator_ && !reopen_) return;
   if (initiator_) {
     rt_->counters.endpoint_rebuilds.fetch_add(1, std::memory_order_relaxed);
@@ -287,7 +302,8 @@ void Domain::MaybeRebuildInitiator(Clock::time_point now) {
     reopen_ = false;
     last_reopen_ = now;
   }
-  if (opening_ || now < reopen_at_ || pending_.empty()) return;
+  if (opening_ || now < reopen_at_ || (pending_.empty() && !reopen_idle_)) return;
+  reopen_idle_ = false;
   // Opening takes long with rxm: a helper thread does it, so progress and timeouts go on.
   if (opener_.joinable()) opener_.join();  // finished: opening_ was cleared by its result
   opening_ = true;
@@ -337,20 +353,39 @@ void Domain::DrainClosedInitiator(Clock::time_point now, bool canceling) {
     if (canceling) {
       FinishOp(std::move(op), CanceledError("rdma transport stopped"));
     } else if (op->deadline <= now) {
-      rt_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
-      Status timeout =
-          TimeoutError("rdma: " + DescribeOp(*op) + " did not complete within op_timeout (" +
-                       std::to_string(rt_->options.op_timeout.count()) + " ms)");
+      // The endpoint is closed: the provider will not touch the op's buffer any more.
+      const Status timeout = OpTimeout(*op, now, /*posted=*/true);
       FinishOp(std::move(op), timeout);
     } else {
       const fi_addr_t dest = op->dest;
+      next_pending_deadline_ = std::min(next_pending_deadline_, op->job->deadline);
       pending_[dest].ops.push_front(std::move(op));  // posted again on the new endpoint
     }
   }
 }
 
+void Domain::ExpireQueued(Clock::time_point now) {
+  next_pending_deadline_ = Clock::time_point::max();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    std::deque<std::unique_ptr<Op>>& ops = it->second.ops;
+    std::deque<std::unique_ptr<Op>> kept;
+    for (auto& op : ops) {
+      if (op->job->deadline <= now) {
+        const Status timeout = OpTimeout(*op, now, /*posted=*/false);
+        FinishOp(std::move(op), timeout);
+      } else {
+        next_pending_deadline_ = std::min(next_pending_deadline_, op->job->deadline);
+        kept.push_back(std::move(op));
+      }
+    }
+    ops.swap(kept);
+    it = ops.empty() ? pending_.erase(it) : std::next(it);
+  }
+}
+
 void Domain::CheckDeadlines(Clock::time_point now) {
   next_check_ = now + kCheckEvery;
+  if (now >= next_pending_deadline_) ExpireQueued(now);
   for (Op* op : inflight_) {
     if (now >= op->deadline) {  // hung: only closing the endpoint gets the operation back
       reopen_ = true;

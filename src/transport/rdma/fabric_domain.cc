@@ -160,9 +160,16 @@ void Domain::RemoveAddress(fi_addr_t addr) {
       fi_addr_t gone = addr;
       (void)fi_av_remove(av_, &gone, 1, 0);
       av_entries_.erase(it);
+      released_peers_.fetch_add(1);
+      Wake();  // the progress thread closes the peer's connection when idle
     }
     return;
   }
+}
+
+size_t Domain::address_count() {
+  MutexLock lock(av_mu_);
+  return av_entries_.size();
 }
 
 Status Domain::EnsureInitiator() {

@@ -4,11 +4,13 @@
 // progress thread that owns both endpoints.
 //
 // The progress thread posts queued Ops (up to max_inflight at once, in order per peer), reads
-// completions, hands failed Ops to the Recovery and enforces op_timeout: an Op that cannot be
-// posted for that long fails Unavailable; one posted and not completed for that long fails
-// Timeout, and the initiator endpoint is re-opened, since only closing it gets the Op back from
-// the provider. It sleeps in poll() on the completion queues' wait fds when there is nothing to
-// do, so an idle transport costs no CPU.
+// completions, hands failed Ops to the Recovery and enforces op_timeout and each slice's
+// deadline: an Op still queued when its slice's deadline passes completes Timeout without being
+// posted; one that cannot be posted for op_timeout fails Unavailable; one posted and not
+// completed by the earlier of op_timeout and its slice's deadline fails Timeout, after the
+// initiator endpoint was closed (and a new one opened), since only closing it gets the Op back
+// from the provider and stops it from touching the Op's local buffer. It sleeps in poll() on the
+// completion queues' wait fds when there is nothing to do, so an idle transport costs no CPU.
 //
 // Software RMA providers (tcp) also need the target side's progress: the thread reads the target
 // endpoint's queue too, which is where peers' accesses are served.
@@ -72,7 +74,12 @@ class Domain {
 
   // A peer address in the address vector; inserting the same bytes again shares the entry.
   Result<fi_addr_t> InsertAddress(const std::string& address);
+  // Drops one reference; the last removes the entry. rxm keeps its connection to that peer in
+  // the initiator endpoint even then, so the progress thread re-opens the endpoint (closing
+  // every connection) the next time it has nothing queued or in flight (idle_releases).
   void RemoveAddress(fi_addr_t addr);
+  // Peer addresses in the address vector now (entries, not references).
+  size_t address_count();
 
   void Start();
   // Opens the initiator endpoint here, on the calling thread, unless done before (Start begins
@@ -130,7 +137,12 @@ class Domain {
   ssize_t Post(Op& op);
   void MaybeRebuildInitiator(Clock::time_point now);
   void DrainClosedInitiator(Clock::time_point now, bool canceling);
+  // Times out in-flight ops past op_timeout or their slice's deadline (by re-opening the
+  // initiator endpoint: only closing it gets an op back from the provider), expires queued ones
+  // and fails queues that could not post for op_timeout.
   void CheckDeadlines(Clock::time_point now);
+  // Completes every queued (unposted) op whose slice's deadline passed with Timeout.
+  void ExpireQueued(Clock::time_point now);
   void Wait(Clock::time_point now);
   void Shutdown();
 
@@ -161,6 +173,8 @@ class Domain {
   bool stop_requested_ GUARDED_BY(mu_) = false;
   bool stopped_ GUARDED_BY(mu_) = false;
   std::atomic<bool> sleeping_{false};
+  // Peers whose last address entry went since the initiator endpoint was last closed.
+  std::atomic<uint64_t> released_peers_{0};
   Mutex opener_mu_;  // one EnsureInitiator at a time
   bool initiator_opened_ GUARDED_BY(opener_mu_) = false;
   std::thread thread_;
@@ -172,9 +186,12 @@ class Domain {
   std::unique_ptr<Endpoint> target_;
   std::map<fi_addr_t, PeerQueue> pending_;  // queued, not yet posted, by peer address
   fi_addr_t next_peer_ = 0;                 // where the next posting pass starts
-  std::unordered_set<Op*> inflight_;        // posted; owned here (raw) until they complete
-  bool reopen_ = false;   // an operation hung, or a peer's connection seems stuck: re-open
-  bool opening_ = false;  // opener_ is opening a new initiator endpoint
+  // No op in pending_ has an earlier slice deadline (a lower bound; max(): none).
+  Clock::time_point next_pending_deadline_ = Clock::time_point::max();
+  std::unordered_set<Op*> inflight_;  // posted; owned here (raw) until they complete
+  bool reopen_ = false;       // an operation hung, or a peer's connection seems stuck: re-open
+  bool opening_ = false;      // opener_ is opening a new initiator endpoint
+  bool reopen_idle_ = false;  // the endpoint was closed to free released peers: open one now
   std::thread opener_;
   Clock::time_point last_reopen_{};
   Clock::time_point reopen_at_{};

@@ -3,7 +3,10 @@
 // reaches which of the peer's endpoints (same fabric name).
 //
 // Thread contract: immutable after Make, except the round-robin counter; Route is thread-safe.
-// The destructor removes its address-vector entries (shared entries stay while used).
+// The destructor removes its address-vector entries (shared entries stay while used); rxm keeps
+// the connection of a removed peer, so the domain re-opens its idle initiator endpoint to close
+// it (Domain::RemoveAddress). Every in-flight slice holds its link, so it is never destroyed
+// under an operation.
 #pragma once
 
 #include <rdma/fabric.h>

@@ -37,6 +37,7 @@ struct Counters {
   std::atomic<uint64_t> posted{0};             // operations handed to the provider
   std::atomic<uint64_t> retries{0};            // operations re-posted after an error
   std::atomic<uint64_t> endpoint_rebuilds{0};  // initiator endpoints closed and re-opened
+  std::atomic<uint64_t> idle_releases{0};      // idle initiator endpoints re-opened to free peers
   std::atomic<uint64_t> target_rebuilds{0};    // target endpoints re-opened after unregister
   std::atomic<uint64_t> timeouts{0};           // operations failed for want of a completion
   std::atomic<uint64_t> stale{0};              // slices completed Stale
@@ -51,6 +52,9 @@ struct Job {
   std::shared_ptr<RdmaPeerLink> link;  // keeps the peer's addresses alive
   LocalUse local;                      // the local registration, when there is one
   RemoteKey key;
+  // The slice's deadline (Clock::time_point::max(): none). Ops not posted by then complete
+  // Timeout unposted; posted ones time out then (see Domain).
+  Clock::time_point deadline = Clock::time_point::max();
   Mutex mu;
   int ops_left GUARDED_BY(mu) = 0;
   Status error GUARDED_BY(mu);
@@ -75,7 +79,8 @@ struct Op {
   uint64_t wire_addr = 0;  // remote_addr, or its offset from the key's base
   void* desc = nullptr;    // local MR descriptor on `domain`
   int failures = 0;
-  Clock::time_point deadline{};    // while posted: when it times out
+  // While posted: when it times out, the earlier of (posting + op_timeout) and job->deadline.
+  Clock::time_point deadline{};
   Clock::time_point not_before{};  // a retry is not posted before (the connection resets)
 };
 
@@ -84,6 +89,11 @@ void FinishOp(std::unique_ptr<Op> op, const Status& status);
 
 // "write of 65536 bytes to segment 'x'".
 std::string DescribeOp(const Op& op);
+
+// The Timeout that ends `op` at `now`: "did not finish by its deadline" when the slice's deadline
+// has passed, else "did not complete within op_timeout". `posted` says whether it reached the
+// provider (for the message). Counts the timeout.
+Status OpTimeout(const Op& op, Clock::time_point now, bool posted);
 
 struct Runtime {
   Runtime() = default;

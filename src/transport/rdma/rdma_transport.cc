@@ -236,6 +236,7 @@ void RdmaTransport::Prepare(RdmaPeerLink& link, Slice* slice,
   job->rt = &rt;
   job->slice = slice;
   job->link = link.shared_from_this();
+  job->deadline = slice->deadline;
   std::vector<std::unique_ptr<Op>> ops;
   auto fail = [&](Status status) {
     ops.clear();
@@ -253,6 +254,10 @@ void RdmaTransport::Prepare(RdmaPeerLink& link, Slice* slice,
     fail(std::move(valid));
   } else if (slice->length == 0) {
     fail(Status::Ok());
+  } else if (slice->deadline <= rdma::Clock::now()) {
+    rt.counters.timeouts.fetch_add(1, std::memory_order_relaxed);
+    fail(TimeoutError("rdma: slice for segment '" + link.peer().name +
+                      "' submitted after its deadline (never posted)"));
   } else {
     job->key = std::move(key).value();
     job->local = rt.memory.AcquireCovering(slice->local_addr, slice->length);
@@ -314,10 +319,12 @@ RdmaTransportStats RdmaTransport::stats() const {
   out.posted = c.posted.load(std::memory_order_relaxed);
   out.retries = c.retries.load(std::memory_order_relaxed);
   out.endpoint_rebuilds = c.endpoint_rebuilds.load(std::memory_order_relaxed);
+  out.idle_releases = c.idle_releases.load(std::memory_order_relaxed);
   out.target_rebuilds = c.target_rebuilds.load(std::memory_order_relaxed);
   out.timeouts = c.timeouts.load(std::memory_order_relaxed);
   out.stale = c.stale.load(std::memory_order_relaxed);
   out.checks = c.checks.load(std::memory_order_relaxed);
+  for (const auto& domain : runtime_->domains) out.peer_addresses += domain->address_count();
   return out;
 }
 

@@ -11,6 +11,24 @@
 // old key is dead at the provider, and a completion error is resolved by asking the target
 // (TransportContext::Exchange) whether the key and the planned generation are still live: a dead
 // key is Stale. See RdmaTransport (rdma_transport_impl.h) for the full contract.
+//
+// Deadlines (Slice::deadline, transport.h). Each domain's progress thread checks them every few
+// milliseconds, so a slice completes Timeout at most ~10 ms after its deadline (plus the time to
+// close an endpoint) when it did not finish:
+//   - a slice submitted after its deadline, or still queued (not handed to the provider) when it
+//     passes, completes Timeout and is never posted: nothing of it moves;
+//   - a posted operation whose deadline passes is ended by closing the domain's initiator
+//     endpoint (its connections go with it; a new endpoint is opened for the other operations,
+//     which are posted again) and only then is the slice completed Timeout, so no late
+//     completion can reach freed state. The same holds for op_timeout, which bounds each posted
+//     operation on its own;
+//   - a failed operation whose deadline passes while the target is asked about it (a frozen
+//     peer does not answer) completes Timeout, not Unavailable.
+// What rdma cannot promise: RMA is one-sided. A WRITE already handed to the provider/NIC may
+// still land in the target's memory after the slice completed Timeout (its bytes may be in the
+// network or the peer's socket buffer; the target's CPU never sees the access, so it cannot
+// refuse it). A READ cannot land after Timeout: the initiator endpoint is closed before Timeout
+// is reported, and a closed endpoint writes nothing more into the local buffer.
 #pragma once
 
 #include <chrono>
@@ -29,7 +47,8 @@ struct RdmaTransportOptions {
   std::string provider;
   // domain-name filter (e.g. "mlx5_0"); empty: all domains of the provider
   std::vector<std::string> devices;
-  // a slice not completed by then fails (Timeout)
+  // each posted operation not completed by then fails (Timeout); slices also end at their own
+  // deadline, whichever comes first
   std::chrono::milliseconds op_timeout{5000};
   // completion errors retried on another endpoint/domain, up to this
   int max_retries = 2;

@@ -18,6 +18,7 @@
 //     target endpoint at the same address, dropping transfers accepted before the close);
 //   - the generation of a live key is checked only when an access fails (a re-registration
 //     gets a new key, so a live key implies its generation).
+// Deadlines: see rdma_transport.h (what rdma promises, and the one-sided WRITE it cannot).
 //
 // Thread contract: thread-safe after Start (see Transport). Submit never blocks on a peer.
 // Slices complete (TransportContext::CompleteSlice) on the domains' progress threads and the
@@ -48,10 +49,15 @@ struct RdmaTransportStats {
   uint64_t posted = 0;             // operations handed to the provider
   uint64_t retries = 0;            // operations re-posted after an error
   uint64_t endpoint_rebuilds = 0;  // initiator endpoints re-opened after an error or a hang
-  uint64_t target_rebuilds = 0;    // target endpoints re-opened by UnregisterMemory
-  uint64_t timeouts = 0;           // operations failed for want of a completion or a connection
-  uint64_t stale = 0;              // slices completed Stale
-  uint64_t checks = 0;             // access checks asked of peers
+  // idle initiator endpoints re-opened to close the connections of peers no link uses any more
+  uint64_t idle_releases = 0;
+  uint64_t target_rebuilds = 0;  // target endpoints re-opened by UnregisterMemory
+  uint64_t timeouts = 0;         // operations failed for want of a completion or a connection
+  uint64_t stale = 0;            // slices completed Stale
+  uint64_t checks = 0;           // access checks asked of peers
+  // Now, not a counter: peer addresses in the domains' address vectors. A link's entries go
+  // when the last shared_ptr to it (the engine's and its in-flight slices') is dropped.
+  uint64_t peer_addresses = 0;
 };
 
 class RdmaTransport final : public Transport {
@@ -82,7 +88,9 @@ class RdmaTransport final : public Transport {
   Status UnregisterMemory(uint64_t addr, uint64_t length) override;
 
   // A link to the endpoints in peer.transports["rdma"] (see RdmaPeerLink::Make). Busy before
-  // Start; Canceled after Stop.
+  // Start; Canceled after Stop. Slices hold their link until they complete; when the last
+  // reference goes (the engine's, once no slice uses it), the peer's address-vector entries are
+  // removed at once and its connections close when the domain is next idle (rdma_peer_link.h).
   Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) override;
   // Queues slices on `link`. InvalidArgument (nothing queued) for a foreign link, a null slice
   // or more slices than the queue holds; Again when the queue cannot take them all; Canceled

@@ -77,7 +77,16 @@ void Recovery::Loop() {
 
 void Recovery::Resolve(std::vector<Failure>& batch) {
   std::map<RdmaPeerLink*, std::vector<Failure*>> by_peer;
-  for (Failure& f : batch) by_peer[f.op->job->link.get()].push_back(&f);
+  const Clock::time_point now = Clock::now();
+  for (Failure& f : batch) {
+    if (f.op->job->deadline <= now) {  // not worth asking: the slice is over
+      const Status timeout = OpTimeout(*f.op, now, /*posted=*/true);
+      FinishOp(std::move(f.op),
+               TimeoutError(timeout.message() + "; it had failed: " + f.error.message()));
+      continue;
+    }
+    by_peer[f.op->job->link.get()].push_back(&f);
+  }
   for (auto& [link, failures] : by_peer) {
     // An Exchange carries at most kMaxChecks checks.
     for (size_t at = 0; at < failures.size(); at += kMaxChecks) {
@@ -107,14 +116,31 @@ void Recovery::ResolvePeer(RdmaPeerLink& link, std::vector<Failure*>& failures) 
     check_of[i] = it->second;
   }
   rt_->counters.checks.fetch_add(checks.size(), std::memory_order_relaxed);
-  const auto timeout =
-      std::min<std::chrono::milliseconds>(rt_->options.op_timeout, kMaxExchangeTimeout);
+  // Asking the peer waits no longer than the earliest deadline among the failures (at least
+  // 1 ms): a frozen peer then ends those slices in Timeout at their deadline.
+  auto timeout = std::min<std::chrono::milliseconds>(rt_->options.op_timeout, kMaxExchangeTimeout);
+  const Clock::time_point asked = Clock::now();
+  for (const Failure* f : failures) {
+    if (f->op->job->deadline == Clock::time_point::max()) continue;
+    timeout = std::min(
+        timeout,
+        std::max(std::chrono::milliseconds(1),
+                 std::chrono::ceil<std::chrono::milliseconds>(f->op->job->deadline - asked)));
+  }
   Result<std::string> reply =
       rt_->ctx->Exchange(link.peer(), "rdma", EncodeCheckRequest(checks), timeout);
   Result<std::vector<Status>> results = reply.ok() ? DecodeCheckReply(*reply, checks.size())
                                                    : Result<std::vector<Status>>(reply.status());
+  const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < failures.size(); ++i) {
     Failure& f = *failures[i];
+    if (!results.ok() && f.op->job->deadline <= now) {
+      const Status timed_out = OpTimeout(*f.op, now, /*posted=*/true);
+      FinishOp(std::move(f.op),
+               TimeoutError(timed_out.message() + "; it had failed: " + f.error.message() +
+                            "; the access check: " + results.status().ToString()));
+      continue;
+    }
     if (!results.ok()) {
       FinishOp(
           std::move(f.op),
