@@ -27,6 +27,7 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
     // Every transport takes its timeouts from the engine's options.
     TcpTransportOptions o;
     o.io_timeout = options.request_timeout;
+    o.idle_timeout = options.idle_link_timeout;
     return CreateTcpTransport(o);
   }
   if (name == "shm") {

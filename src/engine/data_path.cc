@@ -566,7 +566,10 @@ void TransferEngine::Impl::AfterTaskEnded(Batch* batch) {
 
 void TransferEngine::Impl::SweepIdleLinks() {
   if (options_.idle_link_timeout.count() <= 0) return;
-  Status posted = workers_->Post("~links", [this] { links_.DropIdle(options_.idle_link_timeout); });
+  Status posted = workers_->Post("~links", [this] {
+    links_.DropIdle(options_.idle_link_timeout);
+    rpc_client_->CloseExpiredConnections();
+  });
   posted.IgnoreError();  // stopping
   timer_.Schedule(clock_->Now() + std::max<std::chrono::milliseconds>(
                                       options_.idle_link_timeout / 2, 100ms),

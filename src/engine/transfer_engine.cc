@@ -315,6 +315,9 @@ Result<SegmentId> TransferEngine::Impl::OpenSegment(const std::string& name) {
 
 Status TransferEngine::Impl::CloseSegment(SegmentId id) {
   ASSIGN_OR_RETURN(std::string name, directory_->Name(id));
+  if (Result<SegmentHandle> cached = directory_->Cached(id); cached.ok()) {
+    rpc_client_->CloseIdleConnections(HostPort{cached->desc->rpc.host, cached->desc->rpc.port});
+  }
   directory_->Close(id);
   // The links go now; each one's connections, grant channels and mappings are released once
   // the last task that uses it lets go.

@@ -13,13 +13,9 @@ namespace {
 using namespace std::chrono_literals;
 
 BatchStatus WaitBatch(TransferEngine& engine, BatchId batch) {
-  BatchStatus s;
-  for (int i = 0; i < 5000; ++i) {
-    s = *engine.getBatchTransferStatus(batch);
-    if (s.state != TransferState::kPending) break;
-    std::this_thread::sleep_for(1ms);
-  }
-  return s;
+  Result<BatchStatus> s = engine.waitBatch(batch, 5s);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : BatchStatus{};
 }
 
 TEST(TransferEngineTest, InitValidatesItsOptions) {

@@ -1,5 +1,7 @@
 #include "rpc/connection_pool.h"
 
+#include <iterator>
+
 namespace ferry::rpc {
 
 UniqueFd ConnectionPool::Take(const std::string& peer, Deadline now) {
@@ -35,6 +37,32 @@ void ConnectionPool::Clear() {
   std::map<std::string, std::vector<Idle>> closing;
   MutexLock lock(mu_);
   closing.swap(idle_);
+}
+
+void ConnectionPool::Clear(const std::string& peer) {
+  std::vector<Idle> closing;
+  MutexLock lock(mu_);
+  auto it = idle_.find(peer);
+  if (it == idle_.end()) return;
+  closing.swap(it->second);
+  idle_.erase(it);
+}
+
+void ConnectionPool::Prune(Deadline now) {
+  std::vector<Idle> closing;
+  MutexLock lock(mu_);
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    std::vector<Idle>& list = it->second;
+    for (auto c = list.begin(); c != list.end();) {
+      if (now - c->since > idle_timeout_) {
+        closing.push_back(std::move(*c));
+        c = list.erase(c);
+      } else {
+        ++c;
+      }
+    }
+    it = list.empty() ? idle_.erase(it) : std::next(it);
+  }
 }
 
 size_t ConnectionPool::idle_count() const {

@@ -35,6 +35,10 @@ class ConnectionPool {
 
   // Closes every idle connection.
   void Clear();
+  // Closes the idle connections to `peer`.
+  void Clear(const std::string& peer);
+  // Closes the idle connections older than idle_timeout (they would not be reused).
+  void Prune(Deadline now);
 
   // Idle connections held, all peers together.
   size_t idle_count() const;

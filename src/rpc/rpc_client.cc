@@ -24,6 +24,10 @@ RpcClient::~RpcClient() = default;
 
 void RpcClient::CloseIdleConnections() { pool_->Clear(); }
 
+void RpcClient::CloseIdleConnections(const HostPort& peer) { pool_->Clear(peer.ToString()); }
+
+void RpcClient::CloseExpiredConnections() { pool_->Prune(std::chrono::steady_clock::now()); }
+
 size_t RpcClient::idle_connections() const { return pool_->idle_count(); }
 
 Result<UniqueFd> RpcClient::Acquire(const HostPort& peer, const std::string& key,

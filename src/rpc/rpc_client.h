@@ -67,6 +67,10 @@ class RpcClient {
 
   // Closes every idle pooled connection.
   void CloseIdleConnections();
+  // Closes the idle pooled connections to `peer` (a segment closed, a peer gone).
+  void CloseIdleConnections(const HostPort& peer);
+  // Closes pooled connections idle longer than options.idle_timeout (they would not be reused).
+  void CloseExpiredConnections();
   // Idle pooled connections, all peers together.
   size_t idle_connections() const;
   // Responses that failed validation (each closed its connection).

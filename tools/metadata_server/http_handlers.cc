@@ -154,6 +154,9 @@ std::string LiteralPattern(const std::string& path) {
 }  // namespace
 
 void InstallHandlers(httplib::Server& server, KvStore& store, const std::string& path) {
+  // Tells clients that PUT ...&ttl= is honoured (Mooncake's server has no TTLs): ferry's http
+  // store refreshes leased keys only against a server that sends this.
+  server.set_default_headers({{"X-Ferry-Metadata-Ttl", "1"}});
   const std::string pattern = LiteralPattern(path);
   server.Get(pattern,
              Guarded([&store](const auto& req, auto& res) { HandleGet(store, req, res); }));

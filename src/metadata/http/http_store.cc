@@ -88,6 +88,7 @@ milliseconds RefreshInterval(milliseconds lease_ttl) {
 struct Reply {
   int status = 0;
   std::string body;
+  bool server_has_ttls = false;  // it sent X-Ferry-Metadata-Ttl
   bool success() const { return status >= 200 && status < 300; }
 };
 
@@ -175,6 +176,8 @@ class HttpStore final : public MetadataStore {
   const milliseconds timeout_;
   const size_t max_body_bytes_;
   const int64_t ttl_seconds_;                  // the ttl= of leased PUTs
+  // Learned by Start (before the keeper runs): the server honours ttl= (ferry-metadata-server).
+  bool server_has_ttls_ = false;
   Mutex write_mu_;                             // serializes Put, Delete and each lease refresh PUT
   uint64_t writes_ GUARDED_BY(write_mu_) = 0;  // Puts and Deletes so far
   std::atomic<bool> abandoned_{false};
@@ -208,6 +211,11 @@ Status HttpStore::Start() {
   ASSIGN_OR_RETURN(Reply reply, Send(Method::kGet, KeyTarget(kProbeKey), {}, timeout_,
                                      "GET '" + std::string(kProbeKey) + "' (connection check)"));
   if (reply.status >= 500) return ReplyError(reply, "GET (connection check)");
+  server_has_ttls_ = reply.server_has_ttls;
+  if (!server_has_ttls_) {
+    FERRY_LOG(kInfo) << where_ << " has no TTLs (not ferry-metadata-server): leased keys are "
+                     << "written once, never refreshed, and deleted at clean shutdown only";
+  }
   keeper_.Start();
   return Status::Ok();
 }
@@ -235,7 +243,9 @@ Result<Reply> HttpStore::Send(Method method, const std::string& target, std::str
     // the request at the headers, a chunked body at the first chunk that crosses it.
     std::string received;
     bool over_cap = false;
+    bool has_ttls = false;
     request.response_handler = [&](const httplib::Response& response) {
+      has_ttls = response.has_header("X-Ferry-Metadata-Ttl");
       if (!response.has_header("Content-Length")) return true;
       const std::string announced = response.get_header_value("Content-Length");
       char* end = nullptr;
@@ -266,7 +276,7 @@ Result<Reply> HttpStore::Send(Method method, const std::string& target, std::str
                               " failed: " + httplib::to_string(result.error()) + " (timeout " +
                               std::to_string(timeout.count()) + " ms)");
     }
-    return Reply{result->status, std::move(received)};
+    return Reply{result->status, std::move(received), has_ttls};
   } catch (const std::exception& e) {
     return InternalError(where_ + ": " + name + ": " + e.what());
   }
@@ -290,7 +300,7 @@ Result<std::string> HttpStore::Get(std::string_view key) {
 
 Status HttpStore::PutOnce(std::string_view key, std::string_view value, bool leased) const {
   std::string target = KeyTarget(key);
-  if (leased) target += "&ttl=" + std::to_string(ttl_seconds_);
+  if (leased && server_has_ttls_) target += "&ttl=" + std::to_string(ttl_seconds_);
   ASSIGN_OR_RETURN(Reply reply,
                    Send(Method::kPut, target, value, timeout_, "PUT '" + std::string(key) + "'"));
   if (reply.success()) return Status::Ok();
@@ -342,6 +352,9 @@ void HttpStore::Abandon() {
 }
 
 Status HttpStore::RefreshLeases() {
+  // A server without TTLs keeps keys until they are deleted, and Mooncake's refuses a second
+  // PUT of an rpc_meta key: nothing to refresh there.
+  if (!server_has_ttls_) return Status::Ok();
   const std::vector<KeyValue> round = keeper_.Owned();
   std::map<std::string, std::string, std::less<>> latest;  // owned keys as of `latest_at`
   std::optional<uint64_t> latest_at;

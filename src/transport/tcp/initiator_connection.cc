@@ -55,6 +55,9 @@ bool InitiatorConnection::Enqueue(std::span<Slice* const> slices) {
     MutexLock lock(mu_);
     if (closed_) return false;
     pending_.insert(pending_.end(), slices.begin(), slices.end());
+    for (const Slice* slice : slices) {
+      earliest_pending_deadline_ = std::min(earliest_pending_deadline_, slice->deadline);
+    }
     load_.fetch_add(slices.size(), std::memory_order_relaxed);
     post = !kick_posted_;
     kick_posted_ = true;
@@ -69,8 +72,44 @@ bool InitiatorConnection::Enqueue(std::span<Slice* const> slices) {
   return true;
 }
 
-void InitiatorConnection::Close(const Status& why) {
-  (void)loop_->Post([self = shared_from_this(), why] { self->Fail(why); });
+void InitiatorConnection::Release(const Status& why) {
+  // A refused post means the loop is stopping; its shutdown fails what is held here.
+  (void)loop_->Post([self = shared_from_this(), why] { self->OnReleased(why); });
+}
+
+void InitiatorConnection::OnReleased(const Status& why) {
+  if (state_ == State::kClosed || draining_) return;
+  std::deque<Slice*> pending;
+  std::vector<Slice*> unsent;
+  {
+    MutexLock lock(mu_);
+    closed_ = true;
+    closed_flag_.store(true, std::memory_order_release);
+    pending.swap(pending_);
+    unsent = TakeUnsentLocked();
+  }
+  draining_ = true;
+  release_why_ = why;
+  for (Slice* slice : unsent) Complete(slice, why);
+  for (Slice* slice : pending) Complete(slice, why);
+  if (window_.empty()) {
+    Fail(why);
+  } else {
+    UpdateInterest();
+  }
+}
+
+std::vector<Slice*> InitiatorConnection::TakeUnsentLocked() {
+  std::vector<Slice*> unsent;
+  // Only the request at send_index_ can be partly sent; the ones after it have no byte out.
+  size_t keep = send_index_;
+  if (keep < window_.size() && window_[keep].sent > 0) ++keep;
+  while (window_.size() > keep) {
+    unsent.push_back(window_.back().slice);
+    window_.pop_back();
+  }
+  std::reverse(unsent.begin(), unsent.end());
+  return unsent;
 }
 
 Status InitiatorConnection::Broken(const std::string& why) const {
@@ -101,20 +140,53 @@ void InitiatorConnection::OnConnected() {
   state_ = State::kOpen;
   ConfigureDataSocket(fd_.get());
   runtime_->counters.connections_opened.fetch_add(1, std::memory_order_relaxed);
-  last_progress_ = std::chrono::steady_clock::now();
-  Refill();
+  const TimePoint now = std::chrono::steady_clock::now();
+  last_progress_ = now;
+  last_active_ = now;
+  StartProbe(now);
   SendReady();
   if (state_ == State::kOpen) UpdateInterest();
 }
 
+void InitiatorConnection::StartProbe(TimePoint now) {
+  probing_ = true;
+  hello_sent_ = 0;
+  phase_ = RecvPhase::kHello;  // the window is empty: the reply is the next frame
+  response_got_ = 0;
+  last_progress_ = now;
+}
+
 void InitiatorConnection::Refill() {
   if (state_ == State::kClosed) return;
+  const TimePoint now = std::chrono::steady_clock::now();
   const bool was_idle = window_.empty();
-  MutexLock lock(mu_);
-  kick_posted_ = false;
+  bool probe = false;
+  std::vector<Slice*> expired;
+  {
+    MutexLock lock(mu_);
+    kick_posted_ = false;
+    if (state_ != State::kOpen || probing_ || draining_) return;
+    if (!clock_valid_ || now - clock_.measured_at >= kClockRefresh) {
+      // Requests wait for a fresh estimate; the hello goes once the window drained.
+      probe = window_.empty() && !pending_.empty();
+    } else {
+      FillWindowLocked(now, &expired);
+    }
+  }
+  if (probe) StartProbe(now);
+  if (was_idle && !window_.empty()) last_progress_ = now;
+  if (!window_.empty()) last_active_ = now;
+  for (Slice* slice : expired) Complete(slice, ExpiredStatus(false));
+}
+
+void InitiatorConnection::FillWindowLocked(TimePoint now, std::vector<Slice*>* expired) {
   while (window_.size() < runtime_->options.window && !pending_.empty()) {
     Slice* slice = pending_.front();
     pending_.pop_front();
+    if (slice->deadline <= now) {
+      expired->push_back(slice);
+      continue;
+    }
     Request& request = window_.emplace_back();
     request.slice = slice;
     request.id = next_request_id_++;
@@ -127,13 +199,46 @@ void InitiatorConnection::Refill() {
     header.length = slice->length;
     header.incarnation = slice->peer_incarnation;
     header.generation = slice->remote_generation;
+    header.deadline = clock_.TargetDeadline(slice->deadline);
     EncodeRequestHeader(header, request.header);
   }
-  if (was_idle && !window_.empty()) last_progress_ = std::chrono::steady_clock::now();
+}
+
+Status InitiatorConnection::ExpiredStatus(bool on_wire) const {
+  return TimeoutError(on_wire ? "tcp: deadline passed with the request to " + peer_name_ +
+                                    " unanswered; connection reset"
+                              : "tcp: deadline passed before the request to " + peer_name_ +
+                                    " was sent");
+}
+
+bool InitiatorConnection::SendHello() {
+  while (hello_sent_ < kHelloSize) {
+    if (hello_sent_ == 0) {
+      hello_sent_at_ = std::chrono::steady_clock::now();
+      EncodeHello(kHelloMagic, SteadyNanos(hello_sent_at_), hello_);
+    }
+    const ssize_t sent = send(fd_.get(), hello_.data() + hello_sent_, kHelloSize - hello_sent_,
+                              MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      Fail(Broken("send: " + ErrnoText(errno)));
+      return false;
+    }
+    last_progress_ = std::chrono::steady_clock::now();
+    hello_sent_ += static_cast<size_t>(sent);
+  }
+  return true;
 }
 
 void InitiatorConnection::SendReady() {
   if (state_ != State::kOpen) return;
+  if (probing_) {
+    // Nothing follows a hello until its reply came.
+    (void)SendHello();
+    UpdateInterest();
+    return;
+  }
   uint64_t moved = 0;
   while (send_index_ < window_.size() && moved < runtime_->options.bytes_per_turn) {
     std::array<iovec, kMaxIov> iov{};
@@ -195,6 +300,7 @@ void InitiatorConnection::ReceiveReady() {
     // The read-ahead buffer is always empty here: what is read into it is parsed at once, so
     // nothing waits in it for a readiness event that may never come.
     in_begin_ = in_end_ = 0;
+    if (phase_ == RecvPhase::kPayload && PayloadExpired()) return;
     // A long payload goes straight into local memory; everything else through the read-ahead
     // buffer, so one recv takes many small responses.
     const bool direct = phase_ == RecvPhase::kPayload &&
@@ -227,7 +333,13 @@ bool InitiatorConnection::ConsumeBuffered() {
     const uint8_t* from = read_ahead_.get() + in_begin_;
     const size_t available = in_end_ - in_begin_;
     size_t take = 0;
-    if (phase_ == RecvPhase::kHeader) {
+    if (phase_ == RecvPhase::kHello) {
+      take = std::min(available, kHelloSize - response_got_);
+      std::memcpy(response_bytes_.data() + response_got_, from, take);
+      response_got_ += take;
+      in_begin_ += take;
+      if (response_got_ == kHelloSize && !AcceptHelloReply()) return false;
+    } else if (phase_ == RecvPhase::kHeader) {
       take = std::min(available, kResponseHeaderSize - response_got_);
       std::memcpy(response_bytes_.data() + response_got_, from, take);
       response_got_ += take;
@@ -246,6 +358,7 @@ bool InitiatorConnection::ConsumeBuffered() {
         }
       }
     } else {
+      if (PayloadExpired()) return false;
       const Slice& slice = *window_.front().slice;
       take = std::min<uint64_t>(available, slice.length - payload_got_);
       std::memcpy(LocalPtr(slice, payload_got_), from, take);
@@ -255,6 +368,40 @@ bool InitiatorConnection::ConsumeBuffered() {
     }
   }
   return state_ == State::kOpen;
+}
+
+bool InitiatorConnection::AcceptHelloReply() {
+  uint64_t target_ns = 0;
+  Status decoded =
+      DecodeHello(std::span<const uint8_t, kHelloSize>(response_bytes_.data(), kHelloSize),
+                  kHelloReplyMagic, &target_ns);
+  if (!decoded.ok()) {
+    BadFrame(decoded.message());
+    return false;
+  }
+  if (hello_sent_ < kHelloSize) {
+    BadFrame("hello reply before the hello was sent");
+    return false;
+  }
+  clock_ = ClockMapping::FromRoundTrip(hello_sent_at_, target_ns, std::chrono::steady_clock::now());
+  clock_valid_ = true;
+  probing_ = false;
+  response_got_ = 0;
+  phase_ = RecvPhase::kHeader;
+  return true;
+}
+
+bool InitiatorConnection::PayloadExpired() {
+  const TimePoint now = std::chrono::steady_clock::now();
+  if (now < window_.front().slice->deadline) return false;
+  // Not one more byte of this READ goes into local memory.
+  ExpireInFlight();
+  return true;
+}
+
+void InitiatorConnection::ExpireInFlight() {
+  runtime_->counters.deadline_resets.fetch_add(1, std::memory_order_relaxed);
+  Fail(Broken("reset: a request on it passed its deadline"));
 }
 
 bool InitiatorConnection::AcceptResponseHeader() {
@@ -298,7 +445,9 @@ void InitiatorConnection::FinishResponse() {
   if (response_.code != StatusCode::kOk) {
     status = Status(response_.code, "tcp target " + peer_name_ + ": " + message_);
   }
+  last_active_ = std::chrono::steady_clock::now();
   Complete(slice, status);
+  if (draining_ && window_.empty()) Fail(release_why_);
 }
 
 void InitiatorConnection::BadFrame(const std::string& what) {
@@ -328,18 +477,93 @@ void InitiatorConnection::OnEvents(uint32_t events) {
 }
 
 void InitiatorConnection::OnTick(TimePoint now) {
-  if (state_ != State::kConnecting && (state_ != State::kOpen || window_.empty())) return;
-  if (now - last_progress_ < runtime_->options.io_timeout) return;
-  runtime_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
-  const auto ms = runtime_->options.io_timeout.count();
-  Fail(Broken(state_ == State::kConnecting
-                  ? "connect timed out after " + std::to_string(ms) + " ms"
-                  : "no progress for " + std::to_string(ms) + " ms (peer dead or stuck)"));
+  if (state_ == State::kClosed) return;
+  ExpireUnsent(now);
+  if (state_ == State::kOpen && InFlightExpired(now)) {
+    ExpireInFlight();
+    return;
+  }
+  if (draining_ && window_.empty()) {
+    Fail(release_why_);
+    return;
+  }
+  const bool waiting =
+      state_ == State::kConnecting || (state_ == State::kOpen && (!window_.empty() || probing_));
+  if (waiting && now - last_progress_ >= runtime_->options.io_timeout) {
+    runtime_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
+    const auto ms = runtime_->options.io_timeout.count();
+    Fail(Broken(state_ == State::kConnecting
+                    ? "connect timed out after " + std::to_string(ms) + " ms"
+                    : "no progress for " + std::to_string(ms) + " ms (peer dead or stuck)"));
+    return;
+  }
+  CloseIfIdle(now);
+}
+
+void InitiatorConnection::ExpireUnsent(TimePoint now) {
+  std::vector<Slice*> expired;
+  {
+    MutexLock lock(mu_);
+    if (now >= earliest_pending_deadline_) {
+      TimePoint earliest = TimePoint::max();
+      std::deque<Slice*> keep;
+      for (Slice* slice : pending_) {
+        if (slice->deadline <= now) {
+          expired.push_back(slice);
+        } else {
+          keep.push_back(slice);
+          earliest = std::min(earliest, slice->deadline);
+        }
+      }
+      pending_.swap(keep);
+      earliest_pending_deadline_ = earliest;
+    }
+  }
+  // Requests in the window that have not begun on the wire can still be dropped unsent.
+  size_t first_unsent = send_index_;
+  if (first_unsent < window_.size() && window_[first_unsent].sent > 0) ++first_unsent;
+  for (size_t i = first_unsent; i < window_.size();) {
+    if (window_[i].slice->deadline <= now) {
+      expired.push_back(window_[i].slice);
+      window_.erase(window_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  for (Slice* slice : expired) Complete(slice, ExpiredStatus(false));
+  if (!expired.empty() && state_ == State::kOpen) UpdateInterest();
+}
+
+bool InitiatorConnection::InFlightExpired(TimePoint now) const {
+  size_t on_wire = send_index_;
+  if (on_wire < window_.size() && window_[on_wire].sent > 0) ++on_wire;
+  for (size_t i = 0; i < on_wire; ++i) {
+    if (window_[i].slice->deadline <= now) return true;
+  }
+  return false;
+}
+
+void InitiatorConnection::CloseIfIdle(TimePoint now) {
+  const auto idle = runtime_->options.idle_timeout;
+  if (idle.count() == 0 || state_ != State::kOpen || probing_ || draining_ || !window_.empty() ||
+      now - last_active_ < idle) {
+    return;
+  }
+  {
+    MutexLock lock(mu_);
+    if (!pending_.empty()) return;
+    // Closed under the lock: an Enqueue racing this is refused, and the link opens another.
+    closed_ = true;
+    closed_flag_.store(true, std::memory_order_release);
+  }
+  runtime_->counters.idle_closes.fetch_add(1, std::memory_order_relaxed);
+  Fail(CanceledError("tcp connection to " + peer_name_ + " idle"));
 }
 
 void InitiatorConnection::UpdateInterest() {
   if (state_ != State::kOpen) return;
-  const uint32_t want = EPOLLIN | (send_index_ < window_.size() ? EPOLLOUT : 0u);
+  const bool to_send = probing_ ? hello_sent_ < kHelloSize : send_index_ < window_.size();
+  const uint32_t want = EPOLLIN | (to_send ? EPOLLOUT : 0u);
   if (want == interest_) return;
   interest_ = want;
   loop_->Modify(this, fd_.get(), interest_);
@@ -350,6 +574,9 @@ void InitiatorConnection::Fail(const Status& why) {
   state_ = State::kClosed;
   if (fd_.valid()) {
     loop_->Unwatch(this, fd_.get());
+    // Requests on the wire are given up: reset, so nothing queued behind a FIN still reaches
+    // the target and the target sees the hang-up at once.
+    if (!window_.empty()) ResetOnClose(fd_.get());
     fd_.Reset();
   }
   std::deque<Slice*> pending;
@@ -368,13 +595,24 @@ void InitiatorConnection::Fail(const Status& why) {
   if (why.code() == StatusCode::kUnavailable && (!window.empty() || !pending.empty())) {
     FERRY_LOG(kWarn) << why.message();
   }
-  for (Request& r : window) Complete(r.slice, why);
-  for (Slice* slice : pending) Complete(slice, why);
+  // Past its deadline, a slice ends with Timeout whatever closed the connection (but Stop's
+  // Canceled stays Canceled).
+  const TimePoint now = std::chrono::steady_clock::now();
+  const bool canceled = why.code() == StatusCode::kCanceled;
+  for (Request& r : window) {
+    Complete(r.slice, !canceled && r.slice->deadline <= now ? ExpiredStatus(r.sent > 0) : why);
+  }
+  for (Slice* slice : pending) {
+    Complete(slice, !canceled && slice->deadline <= now ? ExpiredStatus(false) : why);
+  }
 }
 
 void InitiatorConnection::Complete(Slice* slice, const Status& status) {
   load_.fetch_sub(1, std::memory_order_relaxed);
   budget_->Release(1);
+  if (status.code() == StatusCode::kTimeout) {
+    runtime_->counters.expired_slices.fetch_add(1, std::memory_order_relaxed);
+  }
   runtime_->ctx->CompleteSlice(slice, status);
 }
 

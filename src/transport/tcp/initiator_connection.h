@@ -1,13 +1,20 @@
 // InitiatorConnection: one persistent data connection from this engine to a peer's tcp
-// listener. Slices are queued from any thread; the loop thread writes their requests (WRITE
-// payloads straight from local memory), keeps up to `window` of them in flight, reads the
-// responses in order (READ payloads straight into local memory) and completes each slice
-// through the context (small responses are read through a read-ahead buffer, so one recv takes
-// many of them). A broken, timed-out or out-of-step connection fails every slice it holds
-// with Unavailable and stays closed; the link replaces it on next use.
+// listener. Once connected it measures the target's clock (a hello round trip, repeated when the
+// estimate is older than kClockRefresh). Slices are queued from any thread; the loop thread
+// writes their requests (WRITE payloads straight from local memory, the deadline mapped to the
+// target's clock), keeps up to `window` of them in flight, reads the responses in order (READ
+// payloads straight into local memory) and completes each slice through the context (small
+// responses are read through a read-ahead buffer, so one recv takes many of them).
 //
-// Thread contract: Start, Enqueue, Close, load and closed are thread-safe; the IoHandler methods
-// run on the connection's loop thread.
+// Deadlines (see tcp_transport.h): a queued slice whose deadline passed completes with Timeout
+// unsent; a request on the wire whose deadline passed resets the connection. A broken,
+// timed-out, expired or out-of-step connection fails every slice it holds (Timeout for those
+// past their deadline, otherwise Unavailable), resetting the socket when requests were on the
+// wire, and stays closed; the link replaces it on next use. With idle_timeout set, a connection
+// that held nothing for that long closes; the link opens a new one on next use.
+//
+// Thread contract: Start, Enqueue, Release, load and closed are thread-safe; the IoHandler
+// methods run on the connection's loop thread.
 #pragma once
 
 #include <array>
@@ -18,6 +25,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/mutex.h"
 #include "transport/tcp/io_loop.h"
@@ -57,8 +65,10 @@ class InitiatorConnection final : public IoHandler,
   // Queues `slices`, whose places in the budget are already taken; they become this
   // connection's to complete. False, queuing nothing, once the connection is closed.
   bool Enqueue(std::span<Slice* const> slices);
-  // Closes the connection; what it holds fails with `why`. Asynchronous; idempotent.
-  void Close(const Status& why);
+  // The link let go of this connection: it takes no more slices, those not yet on the wire fail
+  // with `why`, requests on the wire finish (answer, deadline or io_timeout), then it closes.
+  // Asynchronous; idempotent.
+  void Release(const Status& why);
   // Slices queued or in flight here.
   size_t load() const { return load_.load(std::memory_order_relaxed); }
   bool closed() const { return closed_flag_.load(std::memory_order_acquire); }
@@ -67,9 +77,12 @@ class InitiatorConnection final : public IoHandler,
   void OnTick(TimePoint now) override;
   void Shutdown(const Status& why) override { Fail(why); }
 
+  // How old the clock estimate may grow before the next request waits for a new hello.
+  static constexpr std::chrono::seconds kClockRefresh{60};
+
  private:
   enum class State { kNew, kConnecting, kOpen, kClosed };
-  enum class RecvPhase { kHeader, kMessage, kPayload };
+  enum class RecvPhase { kHello, kHeader, kMessage, kPayload };
   enum class Io { kProgress, kWouldBlock, kFailed };
 
   struct Request {
@@ -82,9 +95,20 @@ class InitiatorConnection final : public IoHandler,
 
   void Connect();
   void OnConnected();
-  // Moves queued slices into the window while it has room.
+  // Sends a hello next; no request goes out until its reply arrived.
+  void StartProbe(TimePoint now);
+  // Moves queued slices into the window while it has room (slices past their deadline complete
+  // with Timeout instead); starts a hello first when the clock estimate is missing or old.
   void Refill();
   void SendReady();
+  // Moves queued slices into the window (Refill, with the lock held).
+  void FillWindowLocked(TimePoint now, std::vector<Slice*>* expired) REQUIRES(mu_);
+  // The Timeout a slice past its deadline completes with.
+  Status ExpiredStatus(bool on_wire) const;
+  // Sends what is left of the hello; false when it cannot go on (would block, or failed).
+  bool SendHello();
+  // The hello reply arrived whole in response_bytes_; false: failed (bad frame).
+  bool AcceptHelloReply();
   void ReceiveReady();
   // Feeds the read-ahead buffer to the response parser; false when the connection failed.
   bool ConsumeBuffered();
@@ -94,6 +118,22 @@ class InitiatorConnection final : public IoHandler,
   bool AcceptResponseHeader();
   void FinishResponse();
   void BadFrame(const std::string& what);
+  // Completes with Timeout every queued slice, and every request not yet begun on the wire,
+  // whose deadline is at or before `now`.
+  void ExpireUnsent(TimePoint now);
+  // Whether a request on the wire (begun or sent, unanswered) is past its deadline.
+  bool InFlightExpired(TimePoint now) const;
+  // Resets the connection because a request on the wire passed its deadline.
+  void ExpireInFlight();
+  // Whether the READ whose payload is arriving passed its deadline; if so the connection was
+  // reset (ExpireInFlight) and nothing more may be read.
+  bool PayloadExpired();
+  // Drops the window's requests not yet begun on the wire; returns their slices.
+  std::vector<Slice*> TakeUnsentLocked() REQUIRES(mu_);
+  void OnReleased(const Status& why);
+  void CloseIfIdle(TimePoint now);
+  // Closes for good: each slice held completes with `why`, or Timeout when its deadline passed
+  // (not for Canceled). Resets the socket when requests were on the wire.
   void Fail(const Status& why);
   void Complete(Slice* slice, const Status& status);
   void UpdateInterest();
@@ -109,6 +149,8 @@ class InitiatorConnection final : public IoHandler,
 
   Mutex mu_;
   std::deque<Slice*> pending_ GUARDED_BY(mu_);
+  // No queued slice has an earlier deadline (it may be later: a bound to skip scans).
+  TimePoint earliest_pending_deadline_ GUARDED_BY(mu_) = TimePoint::max();
   bool closed_ GUARDED_BY(mu_) = false;
   bool kick_posted_ GUARDED_BY(mu_) = false;
 
@@ -117,6 +159,16 @@ class InitiatorConnection final : public IoHandler,
   UniqueFd fd_;
   uint32_t interest_ = 0;
   TimePoint last_progress_{};
+  TimePoint last_active_{};  // when it last held or finished a slice (idle_timeout)
+  bool draining_ = false;    // released by the link: closes once the window is empty
+  Status release_why_;
+  // The clock hello: `probing_` from StartProbe until the reply arrived.
+  bool clock_valid_ = false;
+  ClockMapping clock_;
+  bool probing_ = false;
+  std::array<uint8_t, kHelloSize> hello_{};
+  size_t hello_sent_ = 0;
+  TimePoint hello_sent_at_{};
   uint64_t next_request_id_ = 1;
   std::deque<Request> window_;  // [0, send_index_) fully sent; front is answered next
   size_t send_index_ = 0;

@@ -39,7 +39,7 @@ TargetConnection::~TargetConnection() {
 
 void TargetConnection::Start() {
   ConfigureDataSocket(fd_.get());
-  interest_ = EPOLLIN;
+  interest_ = EPOLLIN | EPOLLRDHUP;
   Status watched = loop_->Watch(shared_from_this(), fd_.get(), interest_);
   if (!watched.ok()) {
     FERRY_LOG(kWarn) << "tcp: cannot serve " << peer_ << ": " << watched.message();
@@ -78,8 +78,28 @@ void TargetConnection::ReceiveReady() {
         break;
       }
       header_got_ += got;
-      if (header_got_ == kRequestHeaderSize && !OnRequestHeader()) return;
+      const std::span<const uint8_t> frame(header_bytes_.data(), header_got_);
+      if (StartsWithMagic(frame, kHelloMagic)) {
+        // A conforming initiator sends nothing after a hello until the reply.
+        if (header_got_ > kHelloSize) {
+          BadFrame("tcp bad frame: bytes after a hello");
+          return;
+        }
+        if (header_got_ == kHelloSize && !OnHello()) return;
+      } else if (header_got_ == kRequestHeaderSize && !OnRequestHeader()) {
+        return;
+      }
     } else if (phase_ == Phase::kPayload) {
+      if (RequestExpired()) {
+        // The deadline passed mid-payload: not one more byte lands; the rest is discarded.
+        runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
+        pin_.Release();
+        rejection_ = TimeoutError(
+            "tcp target: the write's deadline passed while its payload "
+            "streamed in; it is incomplete");
+        phase_ = Phase::kDiscard;
+        continue;
+      }
       if (ReadSome(TargetPtr(request_.remote_addr, payload_got_), request_.length - payload_got_,
                    &got) != Io::kProgress) {
         break;
@@ -107,6 +127,36 @@ void TargetConnection::ReceiveReady() {
   SendReady();
 }
 
+void TargetConnection::BadFrame(const std::string& what) {
+  runtime_->counters.bad_frames.fetch_add(1, std::memory_order_relaxed);
+  FERRY_LOG(kWarn) << "tcp: " << what << " from " << peer_ << "; closing";
+  Close(what);
+}
+
+bool TargetConnection::OnHello() {
+  header_got_ = 0;
+  uint64_t initiator_ns = 0;
+  Status decoded =
+      DecodeHello(std::span<const uint8_t, kHelloSize>(header_bytes_.data(), kHelloSize),
+                  kHelloMagic, &initiator_ns);
+  if (!decoded.ok()) {
+    BadFrame(decoded.message());
+    return false;
+  }
+  hello_seen_ = true;
+  Response& r = responses_.emplace_back();
+  r.header_size = kHelloSize;
+  EncodeHello(kHelloReplyMagic, SteadyNowNanos(),
+              std::span<uint8_t, kHelloSize>(r.header.data(), kHelloSize));
+  r.total = kHelloSize;
+  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+bool TargetConnection::RequestExpired() const {
+  return request_.deadline != kNoDeadline && SteadyNowNanos() >= request_.deadline;
+}
+
 bool TargetConnection::OnRequestHeader() {
   header_got_ = 0;
   RequestHeader request;
@@ -115,15 +165,29 @@ bool TargetConnection::OnRequestHeader() {
     decoded = InvalidArgumentError("tcp bad frame: request id " +
                                    std::to_string(request.request_id) + " not increasing");
   }
+  if (decoded.ok() && !hello_seen_) {
+    decoded = InvalidArgumentError("tcp bad frame: a request before the clock hello");
+  }
   if (!decoded.ok()) {
-    runtime_->counters.bad_frames.fetch_add(1, std::memory_order_relaxed);
-    FERRY_LOG(kWarn) << "tcp: " << decoded.message() << " from " << peer_ << "; closing";
-    Close(decoded.message());
+    BadFrame(decoded.message());
     return false;
   }
   request_ = request;
   last_request_id_ = request.request_id;
   payload_got_ = 0;
+  if (RequestExpired()) {
+    // Checked before anything is pinned or moved: an expired request never starts.
+    runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
+    const Status expired =
+        TimeoutError("tcp target: the request's deadline passed before its access began");
+    if (request.op == WireOp::kWrite) {
+      rejection_ = expired;
+      phase_ = Phase::kDiscard;
+    } else {
+      QueueResponse(expired, nullptr, 0, AccessPin());
+    }
+    return true;
+  }
   Result<AccessPin> pin = runtime_->ctx->PinRemoteAccess(
       request.remote_addr, request.length, request.incarnation, request.generation, "tcp");
   if (!pin.ok()) runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
@@ -171,13 +235,13 @@ void TargetConnection::SendReady() {
     for (size_t i = 0; i < responses_.size() && n + 3 <= kMaxIov; ++i) {
       Response& r = responses_[i];
       uint64_t at = r.sent;  // offset in header + message + payload
-      if (at < kResponseHeaderSize) {
-        iov[n++] = {r.header.data() + at, kResponseHeaderSize - at};
-        at = kResponseHeaderSize;
+      if (at < r.header_size) {
+        iov[n++] = {r.header.data() + at, r.header_size - at};
+        at = r.header_size;
       }
-      const uint64_t message_end = kResponseHeaderSize + r.message.size();
+      const uint64_t message_end = r.header_size + r.message.size();
       if (at < message_end) {
-        iov[n++] = {r.message.data() + (at - kResponseHeaderSize), message_end - at};
+        iov[n++] = {r.message.data() + (at - r.header_size), message_end - at};
         at = message_end;
       }
       if (at < r.total) {
@@ -212,7 +276,8 @@ void TargetConnection::UpdateInterest() {
   if (closed_ || !watched_) return;
   const bool throttled =
       phase_ == Phase::kHeader && header_got_ == 0 && responses_.size() >= kMaxQueuedResponses;
-  const uint32_t want = (throttled ? 0u : EPOLLIN) | (responses_.empty() ? 0u : EPOLLOUT);
+  const uint32_t want =
+      (throttled ? 0u : EPOLLIN) | EPOLLRDHUP | (responses_.empty() ? 0u : EPOLLOUT);
   if (want == interest_) return;
   interest_ = want;
   loop_->Modify(this, fd_.get(), interest_);
@@ -223,9 +288,14 @@ bool TargetConnection::Busy() const {
 }
 
 void TargetConnection::OnEvents(uint32_t events) {
-  if ((events & (EPOLLIN | EPOLLERR | EPOLLHUP)) != 0) ReceiveReady();
+  if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+    // The initiator closed, half-closed or reset: it gave up on every request it sent (it never
+    // half-closes while it waits for answers), so what is not started yet must not be.
+    Close("initiator hung up");
+    return;
+  }
+  if ((events & EPOLLIN) != 0) ReceiveReady();
   if (!closed_ && (events & EPOLLOUT) != 0) SendReady();
-  if (!closed_ && (events & EPOLLERR) != 0) Close("socket error");
 }
 
 void TargetConnection::OnTick(TimePoint now) {

@@ -1,12 +1,16 @@
-// TargetConnection: serves one accepted data connection. Requests are handled strictly in
-// order: each access is pinned with TransportContext::PinRemoteAccess before a byte moves; a
+// TargetConnection: serves one accepted data connection. It answers the initiator's clock hello
+// (the first frame, and later ones) with its steady clock. Requests are handled strictly in
+// order: a request whose deadline (in this host's clock) has passed is refused with Timeout
+// before anything is pinned, and a WRITE stops landing once its deadline passes mid-payload;
+// otherwise each access is pinned with TransportContext::PinRemoteAccess before a byte moves; a
 // WRITE's payload is received straight into the pinned memory and answered once all of it is
 // there; a READ is answered with its payload sent straight from the pinned memory, the pin held
 // until the last byte is handed to the kernel. A rejected WRITE's payload is read and discarded,
 // nothing is written, and the rejection is the answer (tcp_protocol.h). A bad frame closes the
 // connection; so does a connection with a request or answer under way that makes no progress
-// for io_timeout. At most kMaxQueuedResponses answers wait to be sent; beyond that the
-// connection stops reading until the initiator takes them.
+// for io_timeout, and so does an initiator's hang-up (close, half-close or reset): it gave up on
+// what it sent, so nothing not yet started is applied. At most kMaxQueuedResponses answers wait
+// to be sent; beyond that the connection stops reading until the initiator takes them.
 //
 // Thread contract: every method runs on the connection's loop thread.
 #pragma once
@@ -51,6 +55,7 @@ class TargetConnection final : public IoHandler,
 
   struct Response {
     std::array<uint8_t, kResponseHeaderSize> header{};
+    size_t header_size = kResponseHeaderSize;  // kHelloSize for a hello reply
     std::string message;
     const uint8_t* payload = nullptr;  // READ data, inside `pin`'s range
     uint64_t payload_length = 0;
@@ -63,6 +68,11 @@ class TargetConnection final : public IoHandler,
   Io ReadSome(void* buf, size_t len, size_t* got);
   // A whole request header arrived: check it and start serving it. False: closed.
   bool OnRequestHeader();
+  // A whole hello arrived in header_bytes_: answer it. False: closed.
+  bool OnHello();
+  // Whether the request being served passed its deadline (this host's clock).
+  bool RequestExpired() const;
+  void BadFrame(const std::string& what);
   void QueueResponse(const Status& status, const uint8_t* payload, uint64_t length, AccessPin pin);
   void SendReady();
   void UpdateInterest();
@@ -81,6 +91,7 @@ class TargetConnection final : public IoHandler,
   Phase phase_ = Phase::kHeader;
   std::array<uint8_t, kRequestHeaderSize> header_bytes_{};
   size_t header_got_ = 0;
+  bool hello_seen_ = false;
   RequestHeader request_;
   uint64_t last_request_id_ = 0;
   uint64_t payload_got_ = 0;

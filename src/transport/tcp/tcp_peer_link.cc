@@ -33,8 +33,9 @@ TcpPeerLink::TcpPeerLink(std::shared_ptr<TcpRuntime> runtime, SocketAddress addr
 
 TcpPeerLink::~TcpPeerLink() {
   MutexLock lock(mu_);
+  const Status why = CanceledError("tcp link to " + peer_name_ + " dropped");
   for (auto& connection : slots_) {
-    if (connection) connection->Close(CanceledError("tcp link to " + peer_name_ + " dropped"));
+    if (connection) connection->Release(why);
   }
 }
 

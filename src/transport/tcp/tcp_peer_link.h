@@ -4,7 +4,9 @@
 // ties broken round-robin. The link's budget bounds the slices it holds at once.
 //
 // Thread contract: thread-safe; Submit may be called from many threads at once. Dropping the
-// link closes its connections; slices they still hold complete with Canceled.
+// link releases its connections: slices not yet on the wire complete with Canceled, requests on
+// the wire finish (answer, deadline or io_timeout), then each connection closes and frees its
+// socket; nothing of the link stays behind once they did.
 #pragma once
 
 #include <cstddef>

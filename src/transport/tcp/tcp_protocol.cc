@@ -1,6 +1,8 @@
 #include "transport/tcp/tcp_protocol.h"
 
+#include <algorithm>
 #include <array>
+#include <climits>
 #include <string>
 
 namespace ferry::tcp {
@@ -67,6 +69,7 @@ void EncodeRequestHeader(const RequestHeader& h, RequestBytes out) {
   Put64(p + 24, h.length);
   Put64(p + 32, h.incarnation);
   Put64(p + 40, h.generation);
+  Put64(p + 48, h.deadline);
 }
 
 Status DecodeRequestHeader(std::span<const uint8_t, kRequestHeaderSize> in, RequestHeader* out) {
@@ -82,6 +85,7 @@ Status DecodeRequestHeader(std::span<const uint8_t, kRequestHeaderSize> in, Requ
   h.length = Get64(p + 24);
   h.incarnation = Get64(p + 32);
   h.generation = Get64(p + 40);
+  h.deadline = Get64(p + 48);
   if (h.length == 0 || h.length > kMaxPayloadBytes) {
     return Bad("length " + std::to_string(h.length));
   }
@@ -118,6 +122,70 @@ Status DecodeResponseHeader(std::span<const uint8_t, kResponseHeaderSize> in, Re
   if (h.code != StatusCode::kOk && h.payload_length != 0) return Bad("payload with an error");
   *out = h;
   return Status::Ok();
+}
+
+bool StartsWithMagic(std::span<const uint8_t> bytes, uint32_t magic) {
+  return bytes.size() >= 4 && Get32(bytes.data()) == magic;
+}
+
+void EncodeHello(uint32_t magic, uint64_t clock_ns, HelloBytes out) {
+  uint8_t* p = out.data();
+  Put32(p, magic);
+  p[4] = kProtocolVersion;
+  p[5] = 0;
+  Put16(p + 6, 0);
+  Put64(p + 8, clock_ns);
+}
+
+Status DecodeHello(std::span<const uint8_t, kHelloSize> in, uint32_t magic, uint64_t* clock_ns) {
+  const uint8_t* p = in.data();
+  if (Get32(p) != magic) return Bad(magic == kHelloMagic ? "hello magic" : "hello reply magic");
+  if (p[4] != kProtocolVersion) return Bad("hello version " + std::to_string(p[4]));
+  if (p[5] != 0 || Get16(p + 6) != 0) return Bad("hello reserved bits set");
+  *clock_ns = Get64(p + 8);
+  return Status::Ok();
+}
+
+uint64_t SteadyNanos(std::chrono::steady_clock::time_point t) {
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  return ns < 0 ? 0 : static_cast<uint64_t>(ns);
+}
+
+ClockMapping ClockMapping::FromRoundTrip(std::chrono::steady_clock::time_point sent,
+                                         uint64_t target_ns,
+                                         std::chrono::steady_clock::time_point received) {
+  using std::chrono::nanoseconds;
+  const int64_t t1 = std::chrono::duration_cast<nanoseconds>(sent.time_since_epoch()).count();
+  const int64_t t2 = std::chrono::duration_cast<nanoseconds>(received.time_since_epoch()).count();
+  // Both clocks count from their boot, far below 2^62 ns (146 years): no overflow below.
+  const auto tt = static_cast<int64_t>(std::min<uint64_t>(target_ns, uint64_t{1} << 62));
+  ClockMapping m;
+  const int64_t span = t2 > t1 ? t2 - t1 : 0;
+  m.offset_ns = tt - (t1 + span / 2);
+  m.error_ns = span - span / 2;  // rounds up: never under the true bound
+  m.measured_at = received;
+  return m;
+}
+
+uint64_t ClockMapping::TargetDeadline(std::chrono::steady_clock::time_point deadline) const {
+  using std::chrono::nanoseconds;
+  if (deadline == std::chrono::steady_clock::time_point::max()) return kNoDeadline;
+  const int64_t d = std::chrono::duration_cast<nanoseconds>(deadline.time_since_epoch()).count();
+  const int64_t at =
+      std::chrono::duration_cast<nanoseconds>(measured_at.time_since_epoch()).count();
+  int64_t distance = 0;
+  if (__builtin_sub_overflow(d, at, &distance)) distance = d > at ? INT64_MAX : 0;
+  const int64_t drift = distance > 0 ? distance / 1'000'000 * kClockDriftPpm : 0;
+  int64_t mapped = 0;
+  if (__builtin_add_overflow(d, offset_ns, &mapped)) {
+    return offset_ns > 0 ? kNoDeadline - 1 : 0;
+  }
+  if (__builtin_sub_overflow(mapped, error_ns, &mapped) ||
+      __builtin_sub_overflow(mapped, drift, &mapped)) {
+    return 0;  // only a mapping far below the epoch overflows downwards
+  }
+  return mapped <= 0 ? 0 : static_cast<uint64_t>(mapped);
 }
 
 std::string_view ClampMessage(std::string_view message) {

@@ -25,6 +25,10 @@ struct TcpCounters {
   std::atomic<uint64_t> connections_accepted{0};
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> rejected_accesses{0};
+  std::atomic<uint64_t> expired_slices{0};
+  std::atomic<uint64_t> deadline_resets{0};
+  std::atomic<uint64_t> idle_closes{0};
+  std::atomic<uint64_t> expired_accesses{0};
 };
 
 struct TcpRuntime {

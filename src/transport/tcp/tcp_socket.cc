@@ -101,6 +101,11 @@ void ConfigureDataSocket(int fd) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
 }
 
+void ResetOnClose(int fd) {
+  const linger hard{1, 0};
+  (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+}
+
 Result<Listener> Listen(const std::string& host, uint16_t port) {
   Result<AddrInfoPtr> list = Resolve(host, port, true);
   if (!list.ok()) return InvalidArgumentError("tcp bind host: " + list.status().message());

@@ -46,6 +46,10 @@ RecvOutcome RecvSome(int fd, void* buf, size_t len, size_t* got);
 // whose peer host vanished is reaped by the kernel instead of holding a slot forever.
 void ConfigureDataSocket(int fd);
 
+// Makes the next close of `fd` reset the connection (SO_LINGER 0): what is still unsent is
+// dropped and the peer sees the reset at once, not after the data queued ahead of a FIN.
+void ResetOnClose(int fd);
+
 struct Listener {
   UniqueFd fd;
   uint16_t port = 0;

@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_test_context.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,6 +10,44 @@
 #include <utility>
 
 namespace ferry::tcp::testing {
+
+using namespace std::chrono_literals;
+
+Result<AccessPin> GatedContext::PinRemoteAccess(uint64_t addr, uint64_t length,
+                                                uint64_t incarnation, uint64_t generation,
+                                                std::string_view transport) {
+  if (addr == reinterpret_cast<uint64_t>(gate_)) {  // NOLINT
+    MutexLock lock(mu_);
+    frozen_ = true;
+    cv_.NotifyAll();
+    while (!open_) (void)cv_.WaitUntil(mu_, std::chrono::steady_clock::now() + 1s);
+  }
+  return inner_->PinRemoteAccess(addr, length, incarnation, generation, transport);
+}
+
+bool GatedContext::WaitFrozen(std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  while (!frozen_ && std::chrono::steady_clock::now() < until) (void)cv_.WaitUntil(mu_, until);
+  return frozen_;
+}
+
+void GatedContext::Open() {
+  MutexLock lock(mu_);
+  open_ = true;
+  cv_.NotifyAll();
+}
+
+size_t OpenFdCount() {
+  size_t n = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n - 1;  // the directory stream's own descriptor
+}
 
 RawSocket::~RawSocket() { Close(); }
 

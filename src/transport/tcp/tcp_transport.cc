@@ -31,6 +31,7 @@ Result<TcpTransportOptions> Resolve(TcpTransportOptions o) {
   }
   if (o.bytes_per_turn < 1) return InvalidArgumentError("tcp bytes_per_turn must be > 0");
   if (o.io_timeout.count() <= 0) return InvalidArgumentError("tcp io_timeout must be > 0");
+  if (o.idle_timeout.count() < 0) return InvalidArgumentError("tcp idle_timeout must be >= 0");
   if (o.io_threads == 0) {
     o.io_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxIoThreads);
   }
@@ -69,9 +70,9 @@ Result<std::string> TcpTransport::Start(TransportContext* ctx, const TransportSt
   runtime->ctx = ctx;
   const std::string bind_host = tcp::IsWildcardHost(info.bind_host) ? "" : info.bind_host;
   ASSIGN_OR_RETURN(tcp::Listener listener, tcp::Listen(bind_host, options.port));
-  // A tick of a quarter of io_timeout (5..100 ms) keeps every timeout within 1.25 io_timeout.
-  const auto tick = std::clamp(options.io_timeout / 4, std::chrono::milliseconds(5),
-                               std::chrono::milliseconds(100));
+  // A tick of a quarter of io_timeout (5 ms..kDeadlineTick) keeps every timeout within 1.25
+  // io_timeout and every slice deadline within kDeadlineTick.
+  const auto tick = std::clamp(options.io_timeout / 4, std::chrono::milliseconds(5), kDeadlineTick);
   for (size_t i = 0; i < options.io_threads; ++i) {
     Result<std::unique_ptr<tcp::IoLoop>> loop = tcp::IoLoop::Create(tick);
     if (!loop.ok()) {
@@ -157,6 +158,10 @@ TcpTransportStats TcpTransport::stats() const {
   out.connections_accepted = c.connections_accepted.load(std::memory_order_relaxed);
   out.timeouts = c.timeouts.load(std::memory_order_relaxed);
   out.rejected_accesses = c.rejected_accesses.load(std::memory_order_relaxed);
+  out.expired_slices = c.expired_slices.load(std::memory_order_relaxed);
+  out.deadline_resets = c.deadline_resets.load(std::memory_order_relaxed);
+  out.idle_closes = c.idle_closes.load(std::memory_order_relaxed);
+  out.expired_accesses = c.expired_accesses.load(std::memory_order_relaxed);
   return out;
 }
 

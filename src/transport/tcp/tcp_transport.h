@@ -6,6 +6,32 @@
 // break. Submit() spreads slices over the pool; each connection pipelines up to `window`
 // requests. The wire format is in tcp_protocol.h. All socket I/O runs on `io_threads` IoLoops
 // shared by the initiator and target sides; no call blocks on a peer.
+//
+// Deadlines (Slice::deadline; the Transport contract in transport.h). What tcp promises:
+//   - Initiator: a slice whose deadline passes while it waits to be sent completes with Timeout
+//     and is never sent. When the deadline of a request already on the wire (sent in part or
+//     whole, unanswered) passes, the connection carrying it is reset (SO_LINGER 0): that slice
+//     completes with Timeout, the connection's other unfinished slices with Timeout when their
+//     deadline passed too and Unavailable otherwise (another connection may carry a retry).
+//     Each completes within one loop tick (kDeadlineTick) after its deadline. No READ payload
+//     byte is written into local memory once the slice's deadline has passed.
+//   - Target: every connection starts with a clock hello, so each request carries its deadline
+//     in the target's steady clock, mapped early by the estimate's error bound and a drift
+//     allowance (ClockMapping, tcp_protocol.h): hosts' clocks may differ freely. A request whose
+//     deadline has passed when its header is read is refused with Timeout before anything is
+//     pinned or moved. A WRITE whose header was accepted before its deadline may still land
+//     while its payload streams in, but the target checks the deadline before every read into
+//     memory and stops landing once it passed: the bytes of one read already under way (at most
+//     one slice per connection) are the only ones that can land after the deadline. A target
+//     that sees the initiator close or reset the connection abandons everything on it it has not
+//     started, so a slice failed by a reset connection does not land later either (what the
+//     target read in the same turn as the reset arrived excepted).
+//   - The clock estimate is refreshed (a new hello, once the connection's window drained) when
+//     it is older than a minute (InitiatorConnection::kClockRefresh), so the drift allowance
+//     stays small. A hello costs one round trip before a new connection's first request.
+//   - Dropping a link refuses new slices on its connections and fails the ones not yet on the
+//     wire with Canceled; requests on the wire finish (answer, deadline or io_timeout), then the
+//     connection closes and its descriptor is freed.
 #pragma once
 
 #include <atomic>
@@ -44,9 +70,16 @@ struct TcpTransportOptions {
   // I/O threads; 0: std::thread::hardware_concurrency(), at most 8.
   size_t io_threads = 0;
   // Bounds every wait on a peer: a connect, or a connection with work that makes no progress
-  // for this long, fails (Unavailable).
+  // for this long, fails (Unavailable). The engine sets it from EngineOptions::request_timeout.
   std::chrono::milliseconds io_timeout{10000};
+  // An initiator connection with nothing queued or in flight for this long is closed, and
+  // re-opened on next use. 0: never. The engine sets it from EngineOptions::idle_link_timeout.
+  std::chrono::milliseconds idle_timeout{0};
 };
+
+// How often each I/O loop checks timeouts and deadlines: a slice completes at most this long
+// after its deadline (plus the loop's current turn).
+inline constexpr std::chrono::milliseconds kDeadlineTick{20};
 
 // Counters since Start, for tests and diagnostics.
 struct TcpTransportStats {
@@ -56,6 +89,10 @@ struct TcpTransportStats {
   uint64_t connections_accepted = 0;  // target connections accepted and served
   uint64_t timeouts = 0;              // connections closed for no progress within io_timeout
   uint64_t rejected_accesses = 0;     // target accesses refused by PinRemoteAccess
+  uint64_t expired_slices = 0;        // initiator slices completed Timeout (deadline passed)
+  uint64_t deadline_resets = 0;       // initiator connections reset for an expired request
+  uint64_t idle_closes = 0;           // initiator connections closed after idle_timeout
+  uint64_t expired_accesses = 0;      // target requests refused or cut short by their deadline
 };
 
 // Thread contract: thread-safe after Start (see Transport). Submit never blocks on a peer. Stop

@@ -5,21 +5,25 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "transport/tcp/tcp_protocol.h"
 #include "transport/tcp/tcp_test_context.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace ferry::tcp {
 
 using namespace std::chrono_literals;
+using testing::GatedContext;
 using testing::RawSocket;
 using testing::SliceBatch;
 using testing::TestContext;
+using testing::WaitFor;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kTargetIncarnation = 0x7a7a7a;
@@ -45,6 +49,48 @@ inline void Fill(uint8_t* p, size_t n, uint32_t seed) {
 
 inline uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }  // NOLINT
 
+// Reads exactly `size` bytes; false on EOF, error or `timeout` (per read).
+inline bool RecvExactly(const RawSocket& s, void* data, size_t size,
+                        std::chrono::milliseconds timeout = 5000ms) {
+  auto* p = static_cast<uint8_t*>(data);
+  for (size_t got = 0; got < size;) {
+    const long n = s.RecvSome(p + got, size - got, timeout);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A fake initiator's clock hello: returns the target's clock from its reply (0 on failure).
+inline uint64_t SendHello(const RawSocket& s) {
+  std::array<uint8_t, kHelloSize> hello{};
+  EncodeHello(kHelloMagic, SteadyNowNanos(), hello);
+  std::array<uint8_t, kHelloSize> reply{};
+  uint64_t clock = 0;
+  if (!s.SendAll(hello.data(), hello.size()) || !RecvExactly(s, reply.data(), reply.size()) ||
+      !DecodeHello(reply, kHelloReplyMagic, &clock).ok()) {
+    return 0;
+  }
+  return clock;
+}
+
+// A fake target's side of the hello: reads it and answers with this host's clock.
+inline bool AnswerHello(const RawSocket& s) {
+  std::array<uint8_t, kHelloSize> hello{};
+  uint64_t clock = 0;
+  if (!RecvExactly(s, hello.data(), hello.size()) ||
+      !DecodeHello(hello, kHelloMagic, &clock).ok()) {
+    return false;
+  }
+  std::array<uint8_t, kHelloSize> reply{};
+  EncodeHello(kHelloReplyMagic, SteadyNowNanos(), reply);
+  return s.SendAll(reply.data(), reply.size());
+}
+
+inline uint16_t PortOf(const std::string& endpoint) {
+  return static_cast<uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+}
+
 inline TcpTransportOptions Options(std::chrono::milliseconds io_timeout = 2000ms) {
   TcpTransportOptions o;
   o.io_timeout = io_timeout;
@@ -62,9 +108,11 @@ class TcpTransportTest : public ::testing::Test {
     target_.reset();
   }
 
-  void StartTarget(TcpTransportOptions o = Options()) {
+  // `ctx`: the target's context (default target_ctx_), borrowed until the target is dropped.
+  void StartTarget(TcpTransportOptions o = Options(), TransportContext* ctx = nullptr) {
     target_ = std::make_unique<TcpTransport>(o);
-    Result<std::string> endpoint = target_->Start(&target_ctx_, {"target", "127.0.0.1"});
+    Result<std::string> endpoint =
+        target_->Start(ctx != nullptr ? ctx : &target_ctx_, {"target", "127.0.0.1"});
     ASSERT_TRUE(endpoint.ok()) << endpoint.status();
     endpoint_ = *endpoint;
   }

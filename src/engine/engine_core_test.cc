@@ -1,0 +1,313 @@
+// The engine core's promises with engines in this process: publication ends with the
+// registry's latest state, notifications are capped, links and their resources go when
+// segments close, and rpc_meta is written once against a server without TTLs.
+#include <httplib.h>
+#include <sys/resource.h>
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/mutex.h"
+#include "core/segment_desc_codec.h"
+#include "ferry/transfer_engine.h"
+#include "metadata/segment_directory.h"
+#include "metadata/store_factory.h"
+
+namespace ferry {
+namespace {
+
+using namespace std::chrono_literals;
+
+size_t CountDirEntries(const char* path) {
+  size_t n = 0;
+  if (DIR* d = opendir(path)) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+size_t CountLines(const char* path) {
+  std::ifstream in(path);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+struct Resources {
+  size_t fds = 0, threads = 0, maps = 0;
+  static Resources Now() {
+    return {CountDirEntries("/proc/self/fd"), CountDirEntries("/proc/self/task"),
+            CountLines("/proc/self/maps")};
+  }
+  // glibc keeps the stacks of exited threads mapped for reuse (a stack and its guard page):
+  // each thread fewer than at the baseline may leave two mappings behind.
+  bool AtMost(const Resources& o) const {
+    if (fds > o.fds || threads > o.threads) return false;
+    return maps <= o.maps + 2 * (o.threads - threads);
+  }
+};
+
+std::ostream& operator<<(std::ostream& os, const Resources& r) {
+  return os << r.fds << " fds, " << r.threads << " threads, " << r.maps << " mappings";
+}
+
+// Polls `done` until true or `bound` passes (a wait on the event, bounded).
+template <typename Fn>
+bool WaitFor(Fn done, std::chrono::milliseconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST(EngineCoreTest, ConcurrentRegistrationsPublishTheRegistrysLatestState) {
+  for (int rep = 0; rep < 20; ++rep) {
+    const std::string conn = "memory://publish-" + std::to_string(rep);
+    EngineOptions options;
+    options.metadata_conn = conn;
+    options.local_server_name = "pub";
+    options.transports = {"tcp"};
+    TransferEngine engine;
+    ASSERT_TRUE(engine.init(options).ok());
+    Result<std::unique_ptr<MetadataStore>> reader = CreateMetadataStore(conn, {});
+    ASSERT_TRUE(reader.ok());
+    constexpr int kThreads = 8;
+    constexpr int kBuffers = 4;
+    std::vector<std::vector<char>> memory(kThreads * kBuffers, std::vector<char>(4096));
+    std::vector<std::vector<bool>> registered(kThreads, std::vector<bool>(kBuffers, false));
+    std::atomic<bool> stop{false};
+    std::thread watcher([&] {  // reads the store while it changes
+      while (!stop.load()) (void)(*reader)->Get("ferry/ram/pub");
+    });
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(rep * 100 + t);
+        for (int op = 0; op < 40; ++op) {
+          const int b = static_cast<int>(rng() % kBuffers);
+          char* addr = memory[t * kBuffers + b].data();
+          if (registered[t][b]) {
+            ASSERT_TRUE(engine.unregisterLocalMemory(addr).ok());
+          } else {
+            ASSERT_TRUE(engine.registerLocalMemory(addr, 4096, "cpu").ok());
+          }
+          registered[t][b] = !registered[t][b];
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    stop = true;
+    watcher.join();
+    std::set<uint64_t> expected;
+    for (int t = 0; t < kThreads; ++t) {
+      for (int b = 0; b < kBuffers; ++b) {
+        if (registered[t][b]) expected.insert(reinterpret_cast<uint64_t>(memory[t * kBuffers + b].data()));
+      }
+    }
+    Result<std::string> stored = (*reader)->Get("ferry/ram/pub");
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    Result<SegmentDesc> desc = DecodeSegmentDesc(*stored);
+    ASSERT_TRUE(desc.ok()) << desc.status();
+    std::set<uint64_t> published;
+    for (const BufferDesc& b : desc->buffers) published.insert(b.addr);
+    ASSERT_EQ(published, expected) << "repetition " << rep;
+  }
+}
+
+TEST(EngineCoreTest, NotificationFloodGetsBusyAndTheReceiverStaysBounded) {
+  EngineOptions receiver_options;
+  receiver_options.transports = {"tcp"};
+  receiver_options.max_pending_notifies = 100000;
+  receiver_options.max_pending_notify_bytes = 4 << 20;
+  TransferEngine receiver;
+  ASSERT_TRUE(receiver.init(receiver_options).ok());
+  TransferEngine sender;
+  EngineOptions sender_options;
+  sender_options.transports = {"tcp"};
+  ASSERT_TRUE(sender.init(sender_options).ok());
+  Result<SegmentId> target = sender.openSegment(receiver.localSegmentName());
+  ASSERT_TRUE(target.ok());
+  const std::string payload(256 << 10, 'n');
+  int accepted = 0;
+  int busy = 0;
+  for (int i = 0; i < 200; ++i) {
+    Status s = sender.sendNotify(*target, {"", payload});
+    if (s.ok()) {
+      ++accepted;
+    } else {
+      ASSERT_EQ(s.code(), StatusCode::kBusy) << s;
+      ++busy;
+    }
+  }
+  // 4 MiB of 256 KiB payloads (plus the sender's name): 15 fit, the rest are refused.
+  EXPECT_EQ(accepted, 15);
+  EXPECT_EQ(busy, 200 - 15);
+  std::vector<NotifyMessage> got = receiver.getNotifies();
+  EXPECT_EQ(got.size(), 15u);
+  EXPECT_TRUE(sender.sendNotify(*target, {"", "after taking"}).ok());  // room again
+  got = receiver.getNotifies();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].payload, "after taking");
+  EXPECT_EQ(got[0].name, sender.localSegmentName());
+}
+
+class LinkLifetimeTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LinkLifetimeTest, OpenTransferCloseAThousandTimesReturnsToTheBaseline) {
+  // 1,000 rounds of open, write, close over 20 targets the initiator had never reached when the
+  // baseline was taken (a 21st one warms it up). Every link a round made is released by
+  // closeSegment, so fds, threads and mappings come back to where they were; links kept past
+  // their close would hold 20 peers' connections (and, for shm, mappings).
+  constexpr int kTargets = 21;
+  EngineOptions options;
+  options.transports = {GetParam()};
+  options.idle_link_timeout = 0ms;  // only closeSegment releases links here
+  std::vector<std::unique_ptr<TransferEngine>> targets;
+  std::vector<std::vector<char>> target_memory(kTargets, std::vector<char>(1 << 16));
+  for (int i = 0; i < kTargets; ++i) {
+    targets.push_back(std::make_unique<TransferEngine>());
+    ASSERT_TRUE(targets[i]->init(options).ok());
+    ASSERT_TRUE(targets[i]->registerLocalMemory(target_memory[i].data(), 1 << 16, "cpu").ok());
+  }
+  TransferEngine initiator;
+  ASSERT_TRUE(initiator.init(options).ok());
+  std::vector<char> local(1 << 16);
+  ASSERT_TRUE(initiator.registerLocalMemory(local.data(), local.size(), "cpu").ok());
+
+  auto round = [&](int i) {
+    TransferEngine& target = *targets[i];
+    Result<SegmentId> seg = initiator.openSegment(target.localSegmentName());
+    ASSERT_TRUE(seg.ok()) << seg.status();
+    std::memset(local.data(), i & 0xff, 4096);
+    const uint64_t remote = reinterpret_cast<uint64_t>(target_memory[i].data());
+    Result<BatchId> batch = initiator.allocateBatchID(1);
+    ASSERT_TRUE(batch.ok());
+    ASSERT_TRUE(initiator.submitTransfer(*batch, {{OpCode::kWrite, local.data(), *seg, remote, 4096}}).ok());
+    Result<BatchStatus> s = initiator.waitBatch(*batch, 10s);
+    ASSERT_TRUE(s.ok());
+    ASSERT_EQ(s->state, TransferState::kCompleted) << s->first_error;
+    ASSERT_TRUE(initiator.freeBatchID(*batch).ok());
+    ASSERT_TRUE(initiator.closeSegment(*seg).ok());
+  };
+  // Warm-up on target 0: threads and caches that live for the engine's life start.
+  round(0);
+  round(0);
+  if (HasFatalFailure()) return;
+  const Resources baseline = Resources::Now();
+  for (int i = 0; i < 1000; ++i) {
+    round(1 + i % (kTargets - 1));
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(std::memcmp(target_memory[1 + 999 % (kTargets - 1)].data(), local.data(), 4096), 0);
+  Resources now;
+  const bool back = WaitFor([&] { return (now = Resources::Now()).AtMost(baseline); }, 20s);
+  EXPECT_TRUE(back) << "baseline " << baseline << ", now " << now;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, LinkLifetimeTest, ::testing::Values("tcp", "shm"));
+
+// Mooncake's HTTP metadata server: GET/PUT/DELETE ?key=, no TTLs, and a second PUT of an
+// rpc_meta key is refused with 400 ("Duplicate rpc_meta key not allowed"). Counts the PUTs.
+class MooncakeHttpServer {
+ public:
+  MooncakeHttpServer() {
+    server_.Get("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
+      MutexLock lock(mu_);
+      auto it = values_.find(req.get_param_value("key"));
+      if (it == values_.end()) {
+        res.status = 404;
+        return;
+      }
+      res.set_content(it->second, "application/json");
+    });
+    server_.Put("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
+      MutexLock lock(mu_);
+      const std::string key = req.get_param_value("key");
+      ++puts_[key];
+      if (req.has_param("ttl")) ++puts_with_ttl_;
+      if (key.find("/rpc_meta/") != std::string::npos && values_.count(key) > 0) {
+        res.status = 400;
+        res.set_content("Duplicate rpc_meta key not allowed", "text/plain");
+        return;
+      }
+      values_[key] = req.body;
+      res.set_content("metadata updated", "text/plain");
+    });
+    server_.Delete("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
+      MutexLock lock(mu_);
+      if (values_.erase(req.get_param_value("key")) == 0) res.status = 404;
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~MooncakeHttpServer() {
+    // stop() only reaches a server that is listening; bind_to_any_port already queues clients.
+    WaitFor([this] { return server_.is_running(); }, 10s);
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  int puts(const std::string& key) {
+    MutexLock lock(mu_);
+    return puts_[key];
+  }
+  int puts_with_ttl() {
+    MutexLock lock(mu_);
+    return puts_with_ttl_;
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = -1;
+  std::thread thread_;
+  Mutex mu_;
+  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
+  std::map<std::string, int> puts_ GUARDED_BY(mu_);
+  int puts_with_ttl_ GUARDED_BY(mu_) = 0;
+};
+
+TEST(EngineCoreTest, AServerWithoutTtlsGetsRpcMetaOnceAndOnlyChangedDescriptors) {
+  MooncakeHttpServer server;
+  ASSERT_GT(server.port(), 0);
+  EngineOptions options;
+  options.metadata_conn = "http://127.0.0.1:" + std::to_string(server.port()) + "/metadata";
+  options.local_server_name = "mooncake-peer";
+  options.transports = {"tcp"};
+  options.lease_ttl = 1s;  // a refresh every ~333 ms, if there were one
+  TransferEngine engine;
+  Status init = engine.init(options);
+  ASSERT_TRUE(init.ok()) << init;
+  std::vector<std::vector<char>> buffers(10, std::vector<char>(4096));
+  for (auto& b : buffers) {
+    Status s = engine.registerLocalMemory(b.data(), b.size(), "cpu");
+    ASSERT_TRUE(s.ok()) << s;  // used to fail: the second rpc_meta PUT got 400
+  }
+  // Publishing an unchanged registry writes nothing.
+  ASSERT_TRUE(engine.registerLocalMemory(buffers[0].data(), 4096, "cpu", true, false).code() ==
+              StatusCode::kAlreadyExists);
+  EXPECT_EQ(server.puts("ferry/rpc_meta/mooncake-peer"), 1);
+  EXPECT_EQ(server.puts("ferry/ram/mooncake-peer"), 11);  // init + one per registration
+  EXPECT_EQ(server.puts_with_ttl(), 0);
+  // A peer reads it back through the same server.
+  TransferEngine reader;
+  EngineOptions reader_options = options;
+  reader_options.local_server_name = "reader";
+  ASSERT_TRUE(reader.init(reader_options).ok());
+  Result<SegmentId> seg = reader.openSegment("mooncake-peer");
+  EXPECT_TRUE(seg.ok()) << seg.status();
+}
+
+}  // namespace
+}  // namespace ferry
