@@ -7,7 +7,9 @@
 // another transport). A transfer is a memcpy within this process's mapping of the window plus
 // a fence. The target checks and pins every range before a byte moves through the same-host
 // grant channel (transport/samehost/grant_channel.h): per Submit the initiator asks for all its
-// ranges in one Acquire, copies the granted ones, fences, then releases.
+// ranges in one Acquire (per 4096), copies the granted ones, fences, then releases. The queue,
+// workers, grant round trips and deadlines are samehost::CopyEngine's: a slice completes Timeout
+// at its deadline and nothing of it is copied afterwards.
 //
 // AllocateShared hands out buffers inside the window (first fit, coordinated with the other
 // engines that map it through byte-range locks on the window file, see cxl_allocator.h), so
@@ -49,6 +51,8 @@ struct CxlTransportOptions {
   // Slices queued at once; a Submit beyond it gets Again, and one call with more slices than
   // this is InvalidArgument (it could never fit).
   size_t max_queued_slices = 65536;
+  // Grant connections unused for this long are closed. 0: kept until the link is dropped.
+  std::chrono::milliseconds idle_timeout{0};
 };
 
 // Thread contract: thread-safe after Start (see Transport). Stop must not run concurrently with
@@ -70,8 +74,9 @@ class CxlTransport final : public Transport {
   // started or stopped before.
   Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) override;
   // Completes every queued slice with Canceled, lets a batch being copied finish (bounded by
-  // io_timeout), joins the workers and stops the grant server (releasing peers' pins). The
-  // mapping stays until destruction, so allocations stay valid. Idempotent; no restart.
+  // io_timeout and the slices' deadlines), joins the workers and stops the grant server (releasing
+  // peers' pins). The mapping stays until destruction, so allocations stay valid. Idempotent; no
+  // restart.
   void Stop() override;
 
   // Inside this process's mapping of the window: the key (window offset and length). Outside
@@ -100,7 +105,7 @@ class CxlTransport final : public Transport {
   // exactly once: OK at once for a length of 0 (nothing moves); InvalidArgument when its local
   // range is outside this window or its remote range outside its key; the target's refusal (Stale,
   // NotFound, PermissionDenied...); Unavailable / Timeout when the target's grant channel cannot be
-  // reached; Canceled by Stop.
+  // reached; Timeout by the slice's deadline; Canceled by Stop.
   Status Submit(PeerLink& link, std::span<Slice* const> slices) override;
 
   // cxl needs no exchange: InvalidArgument.

@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,17 +80,22 @@ int RunChild(const std::vector<std::string>& extra, std::chrono::milliseconds ti
   char* argv[] = {exe.data(), filter.data(), nullptr};
   pid_t pid = -1;
   if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
+  // A thread waits for the child's exit; the test waits for that thread's answer, bounded.
+  std::promise<int> exited;
+  std::future<int> status = exited.get_future();
+  std::thread waiter([pid, &exited] {
+    int s = 0;
+    while (waitpid(pid, &s, 0) < 0 && errno == EINTR) {
     }
-    std::this_thread::sleep_for(10ms);
+    exited.set_value(s);
+  });
+  if (status.wait_for(timeout) != std::future_status::ready) {
+    kill(pid, SIGKILL);  // the waiter reaps it
+    waiter.join();
+    return -1;
   }
-  return status;
+  waiter.join();
+  return status.get();
 }
 
 TEST(CxlTwoProcessTest, ChildWritesAndReadsThroughTheWindow) {

@@ -6,7 +6,9 @@
 // which is per network namespace: two network namespaces of one machine are one host). Per
 // batch of slices the initiator
 //   1. Acquire: asks the target to pin each range (TransportContext::PinRemoteAccess, with the
-//      transport's name); each range gets its own Status;
+//      transport's name); each range gets its own Status. Each range carries its slice's
+//      deadline: the target refuses (Timeout) a range whose deadline passed before it read the
+//      request, so a target that was frozen never grants an access that is already too late;
 //   2. moves the bytes of the granted ranges while the pins are held;
 //   3. Release: lets the pins go (one-way; the target handles a connection's messages in order).
 // A connection that closes releases every pin it held, so a dead initiator never blocks an
@@ -29,12 +31,17 @@
 
 namespace ferry::samehost {
 
+using Deadline = std::chrono::steady_clock::time_point;
+
 // One range to pin on the target, in the target's address space.
 struct RangeRequest {
   uint64_t addr = 0;
   uint64_t length = 0;
   uint64_t incarnation = 0;  // the target's, as planned
   uint64_t generation = 0;   // of the covering buffer, as planned
+  // The slice's deadline (same host: steady_clock values are comparable across processes);
+  // the target answers Timeout for the range once it has passed. max(): none.
+  Deadline deadline = Deadline::max();
 };
 
 // Target side. Thread contract: thread-safe; serves each connection on its own thread.
@@ -79,24 +86,39 @@ class GrantServer {
 };
 
 // Initiator side: one connection to one peer's GrantServer. Thread contract: one caller at a
-// time; keep a pool per peer for parallelism. Every call is bounded by its timeout; after a
-// timeout or I/O error the connection is broken (broken() is true) and must be dropped.
+// time; keep a pool per peer for parallelism. Every call is bounded by its deadline; after a
+// timeout or I/O error the connection is broken (broken() is true) and its socket closed, so
+// the target drops whatever it pinned for it (also pins it grants after the timeout).
 class GrantConnection {
  public:
+  // Connects, waiting for room in a full backlog until `deadline`: Timeout then; Unavailable
+  // when nothing listens; PermissionDenied when the socket refuses this user.
   static Result<std::unique_ptr<GrantConnection>> Connect(const std::string& path,
-                                                          std::chrono::milliseconds timeout);
+                                                          Deadline deadline);
+  static Result<std::unique_ptr<GrantConnection>> Connect(const std::string& path,
+                                                          std::chrono::milliseconds timeout) {
+    return Connect(path, std::chrono::steady_clock::now() + timeout);
+  }
   virtual ~GrantConnection() = default;
 
   // Pins every range; results[i] is the target's answer for ranges[i] (Ok: pinned until
   // Release). Returns a non-Ok status (and fills nothing) when the round trip failed:
-  // Unavailable (peer gone), Timeout, InvalidArgument (too many ranges).
+  // Unavailable (peer gone), Timeout (no answer by `deadline`), InvalidArgument (too many
+  // ranges).
   virtual Status Acquire(std::span<const RangeRequest> ranges, std::vector<Status>* results,
-                         std::chrono::milliseconds timeout) = 0;
+                         Deadline deadline) = 0;
+  Status Acquire(std::span<const RangeRequest> ranges, std::vector<Status>* results,
+                 std::chrono::milliseconds timeout) {
+    return Acquire(ranges, results, std::chrono::steady_clock::now() + timeout);
+  }
   // Releases every pin this connection holds. Non-Ok only when the connection broke (the
   // target releases the pins itself then).
   virtual Status Release() = 0;
   // Receives a dup of shareable buffer `id`'s fd, owned by the caller.
-  virtual Result<int> FetchFd(uint64_t id, std::chrono::milliseconds timeout) = 0;
+  virtual Result<int> FetchFd(uint64_t id, Deadline deadline) = 0;
+  Result<int> FetchFd(uint64_t id, std::chrono::milliseconds timeout) {
+    return FetchFd(id, std::chrono::steady_clock::now() + timeout);
+  }
   virtual bool broken() const = 0;
 };
 

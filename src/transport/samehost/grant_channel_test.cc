@@ -237,6 +237,85 @@ TEST_F(GrantChannelTest, AClosedConnectionReleasesItsPins) {
   EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 0; }));
 }
 
+TEST_F(GrantChannelTest, ARangeWhoseDeadlinePassedIsRefusedAsTimeoutWithoutAPin) {
+  StartServer();
+  auto conn = Connect();
+  RangeRequest late = Range(0, 64);
+  late.deadline = std::chrono::steady_clock::now() - milliseconds(1);
+  RangeRequest in_time = Range(64, 64);
+  in_time.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::vector<Status> results;
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{late, in_time, Range(128, 64)}, &results, kTimeout)
+          .ok());
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[0].code(), StatusCode::kTimeout) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_TRUE(results[2].ok()) << results[2];
+  EXPECT_EQ(ctx_.pin_calls(), 2u) << "the late range never reached the registry";
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+}
+
+TEST(GrantWireTest, DeadlinesRoundTripAndNoneStaysNone) {
+  EXPECT_EQ(wire::EncodeDeadline(Deadline::max()), wire::kNoDeadline);
+  EXPECT_EQ(wire::DecodeDeadline(wire::kNoDeadline), Deadline::max());
+  const Deadline now = std::chrono::steady_clock::now();
+  const auto back = wire::DecodeDeadline(wire::EncodeDeadline(now));
+  EXPECT_LT(std::chrono::abs(back - now), std::chrono::microseconds(1));
+  EXPECT_EQ(wire::EncodeDeadline(Deadline{}), 0u);
+}
+
+TEST_F(GrantChannelTest, PinsHeldByOneConnectionAreBounded) {
+  StartServer();
+  auto conn = Connect();
+  const std::vector<RangeRequest> full(wire::kMaxRanges, Range(0, 8));
+  std::vector<Status> results;
+  for (int i = 0; i < 4; ++i) {  // Acquire after Acquire without a Release
+    ASSERT_TRUE(conn->Acquire(full, &results, kTimeout).ok());
+    ASSERT_TRUE(results.back().ok()) << i << ": " << results.back();
+  }
+  EXPECT_EQ(server_->held_pins(), static_cast<int>(4 * wire::kMaxRanges));
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  EXPECT_EQ(results[0].code(), StatusCode::kAgain) << results[0];
+  EXPECT_EQ(server_->held_pins(), static_cast<int>(4 * wire::kMaxRanges));
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  EXPECT_TRUE(results[0].ok()) << "room again after the Release";
+}
+
+TEST_F(GrantChannelTest, ConnectWaitsForRoomInAFullBacklogUntilItsDeadline) {
+  // A listener with a backlog of one that never accepts: the second connect finds it full.
+  const std::string path = dir_ + "/full.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  std::vector<std::unique_ptr<GrantConnection>> held;
+  Status last;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4 && last.ok(); ++i) {
+    Result<std::unique_ptr<GrantConnection>> c = GrantConnection::Connect(path, milliseconds(100));
+    if (c.ok()) {
+      held.push_back(std::move(c).value());
+    } else {
+      last = c.status();
+    }
+  }
+  EXPECT_EQ(last.code(), StatusCode::kTimeout) << last;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
+  // Accepting one makes room: a waiting connect gets through.
+  std::thread accept_later([listener] { ::close(::accept(listener, nullptr, nullptr)); });
+  Result<std::unique_ptr<GrantConnection>> waited = GrantConnection::Connect(path, kTimeout);
+  accept_later.join();
+  EXPECT_TRUE(waited.ok()) << waited.status();
+  ::close(listener);
+  ::unlink(path.c_str());
+}
+
 TEST_F(GrantChannelTest, RangeCountsAreBounded) {
   GrantServer::Options options;
   options.max_ranges_per_acquire = 4;
@@ -276,12 +355,13 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   StartServer();
   std::string frame;
   // A valid acquire first, so the bad frame has pins to drop.
-  wire::PutHeader(&frame, wire::FrameType::kAcquire, 4 + 32);
+  wire::PutHeader(&frame, wire::FrameType::kAcquire, 4 + wire::kRangeSize);
   wire::PutU32(&frame, 1);
   wire::PutU64(&frame, Addr(region_.data()));
   wire::PutU64(&frame, 64);
   wire::PutU64(&frame, kIncarnation);
   wire::PutU64(&frame, 3);
+  wire::PutU64(&frame, wire::kNoDeadline);
   int fd = RawConnect();
   ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(frame.size()));
@@ -303,10 +383,19 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   unknown[4] = 42;
   bad_frames.push_back(unknown);
   std::string miscounted;  // says two ranges, carries one
-  wire::PutHeader(&miscounted, wire::FrameType::kAcquire, 4 + 32);
+  wire::PutHeader(&miscounted, wire::FrameType::kAcquire, 4 + wire::kRangeSize);
   wire::PutU32(&miscounted, 2);
-  miscounted.append(32, '\0');
+  miscounted.append(wire::kRangeSize, '\0');
   bad_frames.push_back(miscounted);
+  std::string old_ranges;  // a version-1 sized range (no deadline) in a version-2 frame
+  wire::PutHeader(&old_ranges, wire::FrameType::kAcquire, 4 + 32);
+  wire::PutU32(&old_ranges, 1);
+  old_ranges.append(32, '\0');
+  bad_frames.push_back(old_ranges);
+  std::string version1;
+  wire::PutHeader(&version1, wire::FrameType::kRelease, 0);
+  version1[5] = 1;
+  bad_frames.push_back(version1);
   std::string reply_to_server;
   wire::PutHeader(&reply_to_server, wire::FrameType::kAcquireReply, 0);
   bad_frames.push_back(reply_to_server);
@@ -423,8 +512,8 @@ TEST_F(GrantChannelTest, StopRefusesNewGrantsAndWaitsForHeldPinsToBeReleased) {
   }));
   EXPECT_NE(refused.message().find("is stopping"), std::string::npos) << refused;
   EXPECT_FALSE(other->broken());
-  std::this_thread::sleep_for(milliseconds(50));
-  EXPECT_EQ(ctx_.active_pins(), 1) << "the holder may be copying: its pin must stay";
+  EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(50))) << "the holder may be copying: its pin must stay";
+  EXPECT_EQ(ctx_.active_pins(), 1);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(holder->Release().ok());
   stopper.join();

@@ -1,11 +1,13 @@
 // GrantConnection: the initiator side of the grant channel (grant_channel.h, grant_wire.h).
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "common/log.h"
 #include "transport/samehost/grant_channel.h"
@@ -24,13 +26,12 @@ class UnixGrantConnection final : public GrantConnection {
   }
 
   Status Acquire(std::span<const RangeRequest> ranges, std::vector<Status>* results,
-                 std::chrono::milliseconds timeout) override {
+                 Deadline deadline) override {
     if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
     if (ranges.empty() || ranges.size() > wire::kMaxRanges) {
       return InvalidArgumentError("grant Acquire takes 1.." + std::to_string(wire::kMaxRanges) +
                                   " ranges, not " + std::to_string(ranges.size()));
     }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
     request_.clear();
     const auto payload = static_cast<uint32_t>(4 + ranges.size() * wire::kRangeSize);
     wire::PutHeader(&request_, FrameType::kAcquire, payload);
@@ -40,6 +41,7 @@ class UnixGrantConnection final : public GrantConnection {
       wire::PutU64(&request_, r.length);
       wire::PutU64(&request_, r.incarnation);
       wire::PutU64(&request_, r.generation);
+      wire::PutU64(&request_, wire::EncodeDeadline(r.deadline));
     }
     RETURN_IF_ERROR(Check(wire::SendAll(fd_.get(), request_, deadline)));
     wire::FrameHeader header;
@@ -56,9 +58,8 @@ class UnixGrantConnection final : public GrantConnection {
                                std::chrono::steady_clock::now() + std::chrono::seconds(5)));
   }
 
-  Result<int> FetchFd(uint64_t id, std::chrono::milliseconds timeout) override {
+  Result<int> FetchFd(uint64_t id, Deadline deadline) override {
     if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::string frame;
     wire::PutHeader(&frame, FrameType::kFetchFd, 8);
     wire::PutU64(&frame, id);
@@ -124,35 +125,45 @@ class UnixGrantConnection final : public GrantConnection {
 
 }  // namespace
 
-Result<std::unique_ptr<GrantConnection>> GrantConnection::Connect(
-    const std::string& path, std::chrono::milliseconds timeout) {
+Result<std::unique_ptr<GrantConnection>> GrantConnection::Connect(const std::string& path,
+                                                                  Deadline deadline) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
     return InvalidArgumentError("grant socket path '" + path + "' is empty or too long");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A blocking connect on a Unix socket waits (up to SO_SNDTIMEO) for room in a full backlog;
+  // the socket turns non-blocking once connected.
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return UnavailableError("grant socket: " + ErrnoText(errno));
   for (;;) {
-    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (!fd.valid()) return UnavailableError("grant socket: " + ErrnoText(errno));
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
-      return std::unique_ptr<GrantConnection>(
-          std::make_unique<UnixGrantConnection>(std::move(fd), path));
-    }
-    const int err = errno;
-    // A full backlog answers EAGAIN on a non-blocking Unix socket: retry until the deadline.
-    if (err != EAGAIN && err != EINTR) {
-      if (err == EACCES || err == EPERM) {
-        return PermissionDeniedError("connect to grant socket " + path + ": " + ErrnoText(err));
-      }
-      return UnavailableError("connect to grant socket " + path + ": " + ErrnoText(err));
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
       return TimeoutError("connect to grant socket " + path + ": backlog full until timeout");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int64_t us = std::min<int64_t>(left.count(), int64_t{3600} * 1000 * 1000);
+    timeval tv{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+    if (::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0) {
+      return UnavailableError("grant socket SO_SNDTIMEO: " + ErrnoText(errno));
+    }
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) break;
+    const int err = errno;
+    if (err == EINTR || err == EAGAIN || err == EINPROGRESS) continue;  // re-checks the deadline
+    if (err == EACCES || err == EPERM) {
+      return PermissionDeniedError("connect to grant socket " + path + ": " + ErrnoText(err));
+    }
+    return UnavailableError("connect to grant socket " + path + ": " + ErrnoText(err));
   }
+  const timeval none{0, 0};
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &none, sizeof(none)) != 0 || flags < 0 ||
+      ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    return UnavailableError("grant socket set-up: " + ErrnoText(errno));
+  }
+  return std::unique_ptr<GrantConnection>(
+      std::make_unique<UnixGrantConnection>(std::move(fd), path));
 }
 
 }  // namespace ferry::samehost

@@ -1,6 +1,7 @@
 // GrantServer: the target side of the grant channel (grant_channel.h, grant_wire.h). One accept
-// thread and one thread per connection; every thread polls with a bounded timeout and an eventfd
-// that the destructor makes readable, so stopping is prompt.
+// thread and one thread per connection; every thread waits in poll on its socket and on an
+// eventfd that the destructor makes readable, so stopping is prompt. A connection thread that
+// ends signals another eventfd, and the accept thread joins it at once.
 #include <dirent.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -26,9 +27,10 @@ namespace {
 
 using wire::FrameType;
 
-constexpr int kPollMs = 200;              // bound on every poll; the eventfd wakes sooner
 constexpr size_t kMaxConnections = 1024;  // more are closed at once
-constexpr size_t kMaxHeldPinsPerConnection = 1 << 20;
+// An initiator holds at most one Acquire's pins at a time; a few more are tolerated, more are
+// refused (Again) so one connection cannot pile up pins (and memory) without releasing.
+constexpr size_t kMaxHeldPinsPerConnection = 4 * wire::kMaxRanges;
 constexpr size_t kRecvChunk = 64 * 1024;
 
 std::string RandomHex() {
@@ -51,12 +53,13 @@ struct ServerConnection {
 class UnixGrantServer final : public GrantServer {
  public:
   UnixGrantServer(TransportContext* ctx, Options options, std::string path, UniqueFd listen_fd,
-                  UniqueFd wake_fd)
+                  UniqueFd wake_fd, UniqueFd reap_fd)
       : ctx_(ctx),
         options_(std::move(options)),
         path_(std::move(path)),
         listen_fd_(std::move(listen_fd)),
-        wake_fd_(std::move(wake_fd)) {}
+        wake_fd_(std::move(wake_fd)),
+        reap_fd_(std::move(reap_fd)) {}
 
   ~UnixGrantServer() override {
     Drain();
@@ -87,13 +90,15 @@ class UnixGrantServer final : public GrantServer {
  private:
   // Refuses new grants and waits (bounded) for the held ones to be released.
   void Drain() {
-    draining_.store(true, std::memory_order_release);
+    draining_.store(true);
     const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
-    while (held_pins_.load(std::memory_order_acquire) > 0 &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    int left = 0;
+    {
+      MutexLock lock(drain_mu_);
+      while ((left = held_pins_.load()) > 0 && std::chrono::steady_clock::now() < deadline) {
+        (void)drained_cv_.WaitUntil(drain_mu_, deadline);
+      }
     }
-    const int left = held_pins_.load(std::memory_order_acquire);
     if (left > 0) {
       FERRY_LOG(kWarn) << "grant server " << path_ << ": " << left
                        << " pins not released within the drain timeout; closing anyway";
@@ -106,16 +111,22 @@ class UnixGrantServer final : public GrantServer {
   }
 
   void AcceptLoop() {
-    pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
+    pollfd fds[3] = {
+        {listen_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}, {reap_fd_.get(), POLLIN, 0}};
     for (;;) {
-      const int n = ::poll(fds, 2, kPollMs);
+      const int n = ::poll(fds, 3, -1);  // the wake eventfd ends the wait at destruction
       if (n < 0 && errno != EINTR) {
         FERRY_LOG(kError) << "grant server " << path_ << " poll: " << ErrnoText(errno);
         return;
       }
+      if (n <= 0) continue;
       if ((fds[1].revents & POLLIN) != 0) return;
-      ReapFinished();
-      if (n <= 0 || (fds[0].revents & POLLIN) == 0) continue;
+      if ((fds[2].revents & POLLIN) != 0) {
+        uint64_t count = 0;
+        (void)!::read(reap_fd_.get(), &count, sizeof(count));
+        ReapFinished();
+      }
+      if ((fds[0].revents & POLLIN) == 0) continue;
       UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
       if (!fd.valid()) {
         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
@@ -169,12 +180,19 @@ class UnixGrantServer final : public GrantServer {
     DropPins(&pins);
     ::shutdown(conn->fd.get(), SHUT_RDWR);
     conn->done.store(true, std::memory_order_release);
+    const uint64_t one = 1;
+    (void)!::write(reap_fd_.get(), &one, sizeof(one));  // the accept thread joins this one
   }
 
   void DropPins(std::vector<AccessPin>* pins) {
     const auto n = static_cast<int>(pins->size());
+    if (n == 0) return;
     pins->clear();  // releases each pin
-    held_pins_.fetch_sub(n, std::memory_order_acq_rel);
+    held_pins_.fetch_sub(n);
+    if (draining_.load()) {  // seq_cst with Drain's store and load: no wake-up is lost
+      MutexLock lock(drain_mu_);
+      drained_cv_.NotifyAll();
+    }
   }
 
   void ServeFrames(int fd, std::vector<AccessPin>* pins) {
@@ -182,7 +200,7 @@ class UnixGrantServer final : public GrantServer {
     size_t consumed = 0;  // bytes of `in` already handled
     pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     for (;;) {
-      const int n = ::poll(fds, 2, kPollMs);
+      const int n = ::poll(fds, 2, -1);  // the wake eventfd ends the wait at destruction
       if (n < 0 && errno != EINTR) return;
       if ((fds[1].revents & POLLIN) != 0) return;
       if (n <= 0) continue;
@@ -256,10 +274,20 @@ class UnixGrantServer final : public GrantServer {
     }
     wire::PutStatus(&reply, Status::Ok());
     wire::PutU32(&reply, count);
+    // One clock reading for the request: a range whose deadline passed before the request was
+    // read is refused, so a target that was frozen never starts an access that is too late.
+    const auto now = std::chrono::steady_clock::now();
     for (uint32_t i = 0; i < count; ++i) {
       RangeRequest r;
+      uint64_t deadline = wire::kNoDeadline;
       (void)(reader.GetU64(&r.addr) && reader.GetU64(&r.length) && reader.GetU64(&r.incarnation) &&
-             reader.GetU64(&r.generation));
+             reader.GetU64(&r.generation) && reader.GetU64(&deadline));
+      r.deadline = wire::DecodeDeadline(deadline);
+      if (r.deadline <= now) {
+        wire::PutStatus(&reply, TimeoutError("the deadline passed before the target read the "
+                                             "grant request"));
+        continue;
+      }
       wire::PutStatus(&reply, Pin(r, pins));
     }
     return SendReply(fd, &reply, -1);
@@ -316,9 +344,12 @@ class UnixGrantServer final : public GrantServer {
   const std::string path_;
   const UniqueFd listen_fd_;
   const UniqueFd wake_fd_;  // eventfd; written once by the destructor, never read
+  const UniqueFd reap_fd_;  // eventfd; written by each connection thread as it ends
   std::atomic<int> held_pins_{0};
   std::atomic<uint64_t> bad_frames_{0};
   std::atomic<bool> draining_{false};  // set once destruction begins
+  Mutex drain_mu_;                     // with drained_cv_: Drain waits for held_pins_ to drop
+  CondVar drained_cv_;
   Mutex mu_;
   std::list<std::unique_ptr<ServerConnection>> conns_ GUARDED_BY(mu_);
   std::thread accept_thread_;
@@ -419,11 +450,15 @@ Result<std::unique_ptr<GrantServer>> GrantServer::Start(TransportContext* ctx, O
     return InvalidArgumentError("grant server: reply_timeout must be > 0, drain_timeout >= 0");
   }
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake.valid()) return UnavailableError("grant server eventfd: " + ErrnoText(errno));
+  UniqueFd reap(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid() || !reap.valid()) {
+    return UnavailableError("grant server eventfd: " + ErrnoText(errno));
+  }
   SweepDeadSockets(options.dir, options.transport);
   ASSIGN_OR_RETURN(auto bound, BindUnique(options.dir, options.transport));
-  auto server = std::make_unique<UnixGrantServer>(ctx, std::move(options), std::move(bound.first),
-                                                  std::move(bound.second), std::move(wake));
+  auto server =
+      std::make_unique<UnixGrantServer>(ctx, std::move(options), std::move(bound.first),
+                                        std::move(bound.second), std::move(wake), std::move(reap));
   server->StartAccepting();
   return std::unique_ptr<GrantServer>(std::move(server));
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "common/log.h"
 
@@ -65,6 +66,23 @@ Result<size_t> RecvSome(int fd, char* buf, size_t length, UniqueFd* received_fd)
 
 }  // namespace
 
+uint64_t EncodeDeadline(Deadline deadline) {
+  if (deadline == Deadline::max()) return kNoDeadline;
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+  if (ns <= 0) return 0;
+  return std::min(static_cast<uint64_t>(ns), kNoDeadline - 1);
+}
+
+Deadline DecodeDeadline(uint64_t nanoseconds) {
+  using Ns = std::chrono::nanoseconds;
+  if (nanoseconds >= static_cast<uint64_t>(std::numeric_limits<Ns::rep>::max())) {
+    return Deadline::max();
+  }
+  return Deadline(
+      std::chrono::duration_cast<Deadline::duration>(Ns(static_cast<Ns::rep>(nanoseconds))));
+}
+
 void PutU16(std::string* out, uint16_t v) {
   for (int i = 0; i < 2; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
 }
@@ -102,7 +120,8 @@ Result<FrameHeader> ParseHeader(const uint8_t* b) {
     return InvalidArgumentError("unknown grant frame type " + std::to_string(b[4]));
   }
   if (b[5] != kVersion) {
-    return InvalidArgumentError("grant frame version " + std::to_string(b[5]) + " (expected 1)");
+    return InvalidArgumentError("grant frame version " + std::to_string(b[5]) + " (expected " +
+                                std::to_string(kVersion) + ")");
   }
   if (b[6] != 0 || b[7] != 0) return InvalidArgumentError("grant frame reserved bytes not zero");
   h.type = static_cast<FrameType>(b[4]);

@@ -2,9 +2,10 @@
 // purpose). Internal to transport/samehost.
 //
 // Every frame is an 8-byte header and a payload, little-endian:
-//   u32 payload_length | u8 type | u8 version (1) | u16 reserved (0)
+//   u32 payload_length | u8 type | u8 version (2) | u16 reserved (0)
 // Payloads:
-//   kAcquire        u32 count, count x {u64 addr, u64 length, u64 incarnation, u64 generation}
+//   kAcquire        u32 count, count x {u64 addr, u64 length, u64 incarnation, u64 generation,
+//                   u64 deadline}   (deadline: CLOCK_MONOTONIC nanoseconds, all ones = none)
 //   kAcquireReply   status, u32 count, count x status    (status: u8 code, u16 n, n bytes text)
 //   kRelease        (empty; no reply)
 //   kFetchFd        u64 buffer id
@@ -12,6 +13,11 @@
 // A payload longer than kMaxFramePayload, an unknown type or version, a non-zero reserved field,
 // a payload whose length disagrees with its content, or a status code outside StatusCode is a
 // bad frame: the receiver closes the connection.
+//
+// Version 2 added the deadline to each range. A version-1 peer and a version-2 peer do not talk:
+// each closes the other's connection as a bad frame (the initiator sees Unavailable and the
+// engine falls back to another transport). Deadlines are steady_clock (CLOCK_MONOTONIC) values,
+// comparable because both ends run on one host (same host is what these transports require).
 //
 // Thread contract: UniqueFd is thread-compatible; the functions are thread-safe.
 #pragma once
@@ -35,9 +41,9 @@ namespace wire {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr size_t kHeaderSize = 8;
-constexpr size_t kRangeSize = 32;
+constexpr size_t kRangeSize = 40;
 // The most ranges one Acquire may carry, whatever a server allows.
 constexpr size_t kMaxRanges = 4096;
 // Status texts on the wire are cut to this many bytes.
@@ -52,6 +58,11 @@ enum class FrameType : uint8_t {
   kFetchFd = 4,
   kFetchFdReply = 5,
 };
+
+// A range's deadline on the wire: steady_clock nanoseconds; kNoDeadline for time_point::max().
+constexpr uint64_t kNoDeadline = ~uint64_t{0};
+uint64_t EncodeDeadline(Deadline deadline);
+Deadline DecodeDeadline(uint64_t nanoseconds);
 
 struct FrameHeader {
   FrameType type = FrameType::kAcquire;

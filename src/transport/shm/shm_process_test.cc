@@ -3,6 +3,7 @@
 // byte landing after unregister, and throughput numbers against raw process_vm_writev/memcpy.
 #include <gtest/gtest.h>
 #include <linux/capability.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "test_servers.h"
 #include "transport/conformance/test_context.h"
 #include "transport/shm/shm_test_pattern.h"
@@ -276,6 +278,19 @@ TEST_F(ShmProcessTest, NoByteLandsAfterUnregisterDuringTraffic) {
     std::atomic<bool> closed{false};
     std::atomic<int> ok_after_close{0};
     std::atomic<int> hung{0};
+    Mutex mu;
+    CondVar ran;
+    int batches = 0;  // guarded by mu
+    // Waits until the writer has run `n` more batches (or stopped), bounded.
+    auto wait_batches = [&](int n) {
+      MutexLock lock(mu);
+      const int target = batches + n;
+      const auto until = std::chrono::steady_clock::now() + kWait;
+      while (batches < target && hung.load() == 0 && std::chrono::steady_clock::now() < until) {
+        (void)ran.WaitUntil(mu, until);
+      }
+      return batches >= target;
+    };
     std::thread writer([&] {
       while (!stop.load()) {
         SliceBatch batch(&ctx_);
@@ -288,15 +303,18 @@ TEST_F(ShmProcessTest, NoByteLandsAfterUnregisterDuringTraffic) {
           return;
         }
         if (after && AllOk(batch)) ok_after_close.fetch_add(1);
+        MutexLock lock(mu);
+        ++batches;
+        ran.NotifyAll();
       }
     });
-    std::this_thread::sleep_for(milliseconds(50));
+    ASSERT_TRUE(wait_batches(1)) << "traffic did not start";
     ASSERT_EQ(Command("close " + std::to_string(region.addr)), "ok");
     ASSERT_EQ(Command("waitnopins 10000"), "ok");
     closed.store(true);
     ASSERT_EQ(Command("memset " + std::to_string(region.addr) + " " + std::to_string(kMiB) + " 92"),
               "ok");
-    std::this_thread::sleep_for(milliseconds(150));
+    EXPECT_TRUE(wait_batches(3)) << "traffic stopped after the close";
     stop.store(true);
     writer.join();
     EXPECT_EQ(hung.load(), 0);
@@ -304,6 +322,54 @@ TEST_F(ShmProcessTest, NoByteLandsAfterUnregisterDuringTraffic) {
     EXPECT_EQ(Command("check " + std::to_string(region.addr) + " " + std::to_string(kMiB) + " 92"),
               "ok")
         << "a byte landed after unregister";
+  }
+}
+
+// A target frozen by SIGSTOP (as a user froze one) with slices due in 300 ms: they complete
+// Timeout at the deadline (not Unavailable, not at io_timeout), and once the target runs again
+// nothing of them lands there.
+TEST_F(ShmProcessTest, AFrozenTargetTimesOutAtTheDeadlineAndNothingLandsAfterItResumes) {
+  StartInitiator();
+  const PeerRegion heap = Alloc(256 * kKiB, false);
+  const PeerRegion shared = Alloc(256 * kKiB, true);
+  std::vector<uint8_t> local(256 * kKiB, 0x5a);
+  {  // map the shared buffer first, so the frozen round uses both paths' copies
+    SliceBatch warm(&ctx_);
+    warm.Add(Make(OpCode::kRead, local.data(), shared.addr, 4096, shared));
+    ASSERT_TRUE(Run(warm));
+    ASSERT_TRUE(AllOk(warm));
+  }
+  ASSERT_EQ(::kill(child_->pid(), SIGSTOP), 0);
+  SliceBatch frozen(&ctx_);
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(300);
+  for (const PeerRegion* region : {&heap, &shared}) {
+    for (size_t off = 0; off < 256 * kKiB; off += 64 * kKiB) {
+      frozen.Add(Make(OpCode::kWrite, &local[off], region->addr + off, 64 * kKiB, *region))
+          ->deadline = deadline;
+    }
+  }
+  ASSERT_TRUE(initiator_->Submit(*link_, frozen.ptrs).ok());
+  const bool all = ctx_.WaitAll(frozen.ptrs, kWait);
+  const auto late = std::chrono::steady_clock::now() - deadline;
+  ASSERT_EQ(::kill(child_->pid(), SIGCONT), 0);
+  ASSERT_TRUE(all);
+  EXPECT_GE(late, milliseconds(0));
+  EXPECT_LT(late, milliseconds(100)) << "completed long after the deadline";
+  for (Slice* s : frozen.ptrs) {
+    EXPECT_EQ(ctx_.StatusOf(s).code(), StatusCode::kTimeout) << ctx_.StatusOf(s);
+  }
+  // The target runs again: a later transfer on the same link goes through, after which the
+  // target holds no pin and neither region changed.
+  SliceBatch after(&ctx_);
+  after.Add(Make(OpCode::kRead, local.data(), heap.addr, 4096, heap));
+  ASSERT_TRUE(Run(after));
+  EXPECT_TRUE(AllOk(after));
+  EXPECT_EQ(Command("waitnopins 5000"), "ok");
+  for (const PeerRegion* region : {&heap, &shared}) {
+    EXPECT_EQ(
+        Command("check " + std::to_string(region->addr) + " " + std::to_string(256 * kKiB) + " 0"),
+        "ok")
+        << "a byte landed after the slice timed out";
   }
 }
 

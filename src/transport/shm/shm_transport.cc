@@ -4,91 +4,31 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <deque>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "common/log.h"
+#include "transport/samehost/copy_engine.h"
 #include "transport/samehost/grant_channel.h"
 #include "transport/shm/shm_allocations.h"
+#include "transport/shm/shm_copier.h"
 #include "transport/shm/shm_encoding.h"
-#include "transport/shm/shm_mover.h"
-#include "transport/shm/shm_peer.h"
 
 namespace ferry {
 namespace shm {
 
-constexpr size_t kMaxWorkers = 64;
-constexpr auto kWorkerTick = std::chrono::milliseconds(100);  // bound on an idle worker's wait
-
-// One Submit's slices (or a part of at most kMaxBatch of them) for one peer.
-struct Job {
-  std::shared_ptr<ShmPeer> peer;
-  std::vector<Slice*> slices;
-};
-
-// What the workers share. Thread contract: thread-safe; the queue is guarded by mu.
+// What a started transport shares with its links. Thread contract: written by Start, then
+// read-only; the members are thread-safe.
 struct ShmRuntime {
-  ShmTransportOptions options;
-  TransportContext* ctx = nullptr;
-  ShmCounters counters;
+  std::shared_ptr<ShmCounters> counters = std::make_shared<ShmCounters>();
   std::unique_ptr<samehost::GrantServer> server;  // reset by Stop
-  std::vector<std::thread> workers;               // joined by Stop
-
-  Mutex mu;
-  CondVar cv;
-  std::deque<Job> queue GUARDED_BY(mu);
-  size_t queued_slices GUARDED_BY(mu) = 0;
-  bool stopping GUARDED_BY(mu) = false;
-
-  // Takes the next job, waiting while the queue is empty; nullopt once stopping.
-  std::optional<Job> Next() {
-    MutexLock lock(mu);
-    for (;;) {
-      if (stopping) return std::nullopt;
-      if (!queue.empty()) {
-        Job job = std::move(queue.front());
-        queue.pop_front();
-        queued_slices -= job.slices.size();
-        return job;
-      }
-      (void)cv.WaitUntil(mu, std::chrono::steady_clock::now() + kWorkerTick);
-    }
-  }
-
-  void Work(size_t worker) {
-    const MoveEnv env{ctx, &counters, options.io_timeout};
-    while (std::optional<Job> job = Next()) {
-      MoveBatch(env, *job->peer, worker, job->slices);
-    }
-  }
-};
-
-// The PeerLink the engine holds; jobs share its peer, so dropping the link with slices queued
-// is safe.
-class ShmLink final : public PeerLink {
- public:
-  ShmLink(const ShmRuntime* owner, std::shared_ptr<ShmPeer> peer)
-      : owner_(owner), peer_(std::move(peer)) {}
-  const ShmRuntime* owner() const { return owner_; }
-  const std::shared_ptr<ShmPeer>& peer() const { return peer_; }
-
- private:
-  const ShmRuntime* const owner_;
-  const std::shared_ptr<ShmPeer> peer_;
+  std::unique_ptr<samehost::CopyEngine> engine;   // stopped by Stop
 };
 
 namespace {
 
 Status Validate(const ShmTransportOptions& o) {
   if (o.socket_dir.empty()) return InvalidArgumentError("shm socket_dir must not be empty");
-  if (o.io_timeout.count() <= 0) return InvalidArgumentError("shm io_timeout must be > 0");
-  if (o.workers < 1 || o.workers > kMaxWorkers) {
-    return InvalidArgumentError("shm workers must be 1.." + std::to_string(kMaxWorkers));
-  }
-  if (o.max_queued_slices < 1) return InvalidArgumentError("shm max_queued_slices must be > 0");
-  return Status::Ok();
+  return Status::Ok();  // the rest is checked by the copy engine
 }
 
 // Lets any process of this user ptrace (and so process_vm_* into) this one under Yama's
@@ -122,8 +62,14 @@ Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportSt
   if (ctx == nullptr) return InvalidArgumentError("shm Start: null context");
   RETURN_IF_ERROR(shm::Validate(options_));
   auto runtime = std::make_shared<shm::ShmRuntime>();
-  runtime->options = options_;
-  runtime->ctx = ctx;
+  samehost::CopyEngineOptions engine_options;
+  engine_options.transport = "shm";
+  engine_options.io_timeout = options_.io_timeout;
+  engine_options.workers = options_.workers;
+  engine_options.max_queued_slices = options_.max_queued_slices;
+  engine_options.max_batch = shm::kMaxBatch;
+  engine_options.idle_timeout = options_.idle_timeout;
+  ASSIGN_OR_RETURN(runtime->engine, samehost::CopyEngine::Start(ctx, engine_options));
   samehost::GrantServer::Options server_options;
   server_options.transport = "shm";
   server_options.dir = options_.socket_dir;
@@ -135,9 +81,6 @@ Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportSt
   server_options.drain_timeout = options_.io_timeout;
   ASSIGN_OR_RETURN(runtime->server, samehost::GrantServer::Start(ctx, std::move(server_options)));
   shm::AllowSameUserAttach();
-  for (size_t i = 0; i < options_.workers; ++i) {
-    runtime->workers.emplace_back([r = runtime.get(), i] { r->Work(i); });
-  }
   const std::string published = shm::EncodePeerAddress({::getpid(), runtime->server->path()});
   runtime_ = std::move(runtime);
   started_.store(true, std::memory_order_release);
@@ -149,19 +92,7 @@ void ShmTransport::Stop() {
   if (stopped_) return;
   stopped_ = true;
   if (!started_.load(std::memory_order_acquire)) return;
-  std::deque<shm::Job> canceled;
-  {
-    MutexLock queue_lock(runtime_->mu);
-    runtime_->stopping = true;
-    canceled.swap(runtime_->queue);
-    runtime_->queued_slices = 0;
-    runtime_->cv.NotifyAll();
-  }
-  const Status why = CanceledError("shm transport stopped");
-  for (shm::Job& job : canceled) {
-    for (Slice* s : job.slices) runtime_->ctx->CompleteSlice(s, why);
-  }
-  for (std::thread& t : runtime_->workers) t.join();
+  runtime_->engine->Stop();
   runtime_->server.reset();  // closes every grant connection, dropping their pins
 }
 
@@ -188,10 +119,6 @@ Status ShmTransport::FreeShared(void* addr) { return allocations_->Free(addr); }
 
 Result<std::shared_ptr<PeerLink>> ShmTransport::Connect(const SegmentDesc& peer) {
   if (!started_.load(std::memory_order_acquire)) return BusyError("shm transport not started");
-  {
-    MutexLock lock(runtime_->mu);
-    if (runtime_->stopping) return CanceledError("shm transport stopped");
-  }
   const auto it = peer.transports.find("shm");
   if (it == peer.transports.end()) {
     return InvalidArgumentError("segment '" + peer.name + "' publishes no shm address");
@@ -201,41 +128,17 @@ Result<std::shared_ptr<PeerLink>> ShmTransport::Connect(const SegmentDesc& peer)
     return InvalidArgumentError("segment '" + peer.name + "': " + address.status().message());
   }
   std::string name = "segment '" + peer.name + "' (pid " + std::to_string(address->pid) + ")";
-  auto state = std::make_shared<shm::ShmPeer>(std::move(address).value(), std::move(name),
-                                              options_.workers, options_.io_timeout);
-  return std::shared_ptr<PeerLink>(std::make_shared<shm::ShmLink>(runtime_.get(), state));
+  std::string path = address->socket_path;
+  auto copier =
+      std::make_unique<shm::ShmCopier>(std::move(address).value(), name, runtime_->counters);
+  return runtime_->engine->MakeLink(std::move(path), std::move(name), std::move(copier));
 }
 
 Status ShmTransport::Submit(PeerLink& link, std::span<Slice* const> slices) {
-  auto* shm_link = dynamic_cast<shm::ShmLink*>(&link);
-  if (shm_link == nullptr || !started_.load(std::memory_order_acquire) ||
-      shm_link->owner() != runtime_.get()) {
+  if (!started_.load(std::memory_order_acquire)) {
     return InvalidArgumentError("shm Submit: link was not made by this transport");
   }
-  if (slices.size() > options_.max_queued_slices) {
-    return InvalidArgumentError("shm Submit: " + std::to_string(slices.size()) +
-                                " slices exceed max_queued_slices");
-  }
-  for (const Slice* s : slices) {
-    if (s == nullptr) return InvalidArgumentError("shm Submit: null slice");
-    if (s->op != OpCode::kRead && s->op != OpCode::kWrite) {
-      return InvalidArgumentError("shm Submit: bad op");
-    }
-  }
-  if (slices.empty()) return Status::Ok();
-  shm::ShmRuntime& rt = *runtime_;
-  MutexLock lock(rt.mu);
-  if (rt.stopping) return CanceledError("shm transport stopped");
-  if (rt.queued_slices + slices.size() > options_.max_queued_slices) {
-    return AgainError("shm queue full (" + std::to_string(rt.queued_slices) + " slices queued)");
-  }
-  for (size_t i = 0; i < slices.size(); i += shm::kMaxBatch) {
-    const size_t n = std::min(shm::kMaxBatch, slices.size() - i);
-    rt.queue.push_back({shm_link->peer(), {slices.begin() + i, slices.begin() + i + n}});
-  }
-  rt.queued_slices += slices.size();
-  rt.cv.NotifyAll();
-  return Status::Ok();
+  return runtime_->engine->Submit(link, slices);
 }
 
 Result<std::string> ShmTransport::OnExchange(std::string_view /*payload*/) {
@@ -245,13 +148,17 @@ Result<std::string> ShmTransport::OnExchange(std::string_view /*payload*/) {
 ShmTransportStats ShmTransport::stats() const {
   ShmTransportStats out;
   if (!started_.load(std::memory_order_acquire)) return out;
-  const shm::ShmCounters& c = runtime_->counters;
+  const shm::ShmCounters& c = *runtime_->counters;
+  const samehost::CopyEngineStats e = runtime_->engine->stats();
   out.cma_slices = c.cma_slices.load(std::memory_order_relaxed);
   out.mapped_slices = c.mapped_slices.load(std::memory_order_relaxed);
-  out.failed_slices = c.failed_slices.load(std::memory_order_relaxed);
-  out.grant_round_trips = c.grant_round_trips.load(std::memory_order_relaxed);
+  out.failed_slices = e.failed_slices;
+  out.grant_round_trips = e.grant_round_trips;
   out.fd_fetches = c.fd_fetches.load(std::memory_order_relaxed);
   out.mappings_dropped = c.mappings_dropped.load(std::memory_order_relaxed);
+  out.timed_out_slices = e.timed_out_slices;
+  out.mappings_alive = c.mappings_alive.load(std::memory_order_relaxed);
+  out.idle_connections_closed = e.idle_connections_closed;
   return out;
 }
 

@@ -13,7 +13,12 @@
 //    (ESRCH) with Unavailable; the engine then falls back to another transport.
 //  - "mapped": memory inside a buffer from AllocateShared (a memfd). The initiator fetches the
 //    buffer's fd once over the grant channel (SCM_RIGHTS), maps it MAP_SHARED, caches the mapping
-//    per (peer incarnation, buffer id), and copies with memcpy while the grant is held.
+//    per (peer incarnation, buffer id) in the link, and copies with memcpy while the grant is
+//    held. The mappings and grant connections of a peer go when its link is dropped.
+//
+// The queue, workers, grant round trips and deadlines are samehost::CopyEngine's
+// (transport/samehost/copy_engine.h): a slice completes Timeout at its deadline, and nothing of
+// it is copied afterwards (the target, too, refuses a range whose deadline has passed).
 //
 // Start() publishes "v1:<pid>:<grant socket path>" as SegmentDesc::transports["shm"]. The socket
 // is mode 0600, so only the same user (or root) can be granted access.
@@ -42,20 +47,26 @@ struct ShmTransportOptions {
   std::string socket_dir = "/dev/shm";
   // Bounds every wait on a peer: connecting, a grant round trip, fetching a buffer's fd.
   std::chrono::milliseconds io_timeout{5000};
-  // Initiator threads moving bytes (each with its own grant connection per peer), 1..64.
+  // Initiator threads moving bytes, 1..64 (grant connections are pooled per link).
   size_t workers = 2;
   // Slices queued and not yet taken by a worker; Submit returns Again beyond this.
   size_t max_queued_slices = 65536;
+  // Grant connections unused for this long are closed (the target's thread for each goes with
+  // it). 0: kept until the link is dropped.
+  std::chrono::milliseconds idle_timeout{0};
 };
 
 // Counters since Start, for tests and diagnostics.
 struct ShmTransportStats {
-  uint64_t cma_slices = 0;         // slices moved with process_vm_writev/readv
-  uint64_t mapped_slices = 0;      // slices moved with memcpy through a mapped shared buffer
-  uint64_t failed_slices = 0;      // slices completed with an error (Canceled excluded)
-  uint64_t grant_round_trips = 0;  // Acquire calls made by this initiator
-  uint64_t fd_fetches = 0;         // shared buffer fds fetched and mapped
-  uint64_t mappings_dropped = 0;   // cached mappings dropped after a Stale/NotFound answer
+  uint64_t cma_slices = 0;               // slices moved with process_vm_writev/readv
+  uint64_t mapped_slices = 0;            // slices moved with memcpy through a mapped shared buffer
+  uint64_t failed_slices = 0;            // slices completed with an error (Canceled excluded)
+  uint64_t grant_round_trips = 0;        // Acquire calls made by this initiator
+  uint64_t fd_fetches = 0;               // shared buffer fds fetched and mapped
+  uint64_t mappings_dropped = 0;         // cached mappings dropped after a Stale/NotFound answer
+  uint64_t timed_out_slices = 0;         // slices completed with Timeout (their deadline passed)
+  uint64_t mappings_alive = 0;           // peer buffers mapped now (all links)
+  uint64_t idle_connections_closed = 0;  // grant connections closed by idle_timeout
 };
 
 // Thread contract: thread-safe after Start; Submit may be called from many threads at once.
@@ -77,9 +88,10 @@ class ShmTransport final : public Transport {
   // started or stopped before.
   Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) override;
   // Completes every queued slice with Canceled, lets the workers finish the batch in hand
-  // (bounded by io_timeout), joins them and stops the grant server: it refuses new grants and
-  // waits up to io_timeout for peers to release the pins they hold (they may be copying into
-  // this process) before dropping the rest. Idempotent; a stopped transport does not restart.
+  // (bounded by io_timeout and the slices' deadlines), joins them and stops the grant server: it
+  // refuses new grants and waits up to io_timeout for peers to release the pins they hold (they may
+  // be copying into this process) before dropping the rest. Idempotent; a stopped transport does
+  // not restart.
   void Stop() override;
 
   // CPU memory only: NotFound ("not reachable by this transport") for device memory. Memory
@@ -100,13 +112,14 @@ class ShmTransport final : public Transport {
 
   // A link to the peer's "shm" bytes (pid and grant socket). InvalidArgument (naming the peer)
   // when they are missing or malformed; Busy before Start; Canceled after Stop. Connects
-  // nothing: grant connections open on first use, one per worker.
+  // nothing: grant connections open on first use (a pool per link, one per busy worker).
   Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) override;
   // Queues slices for `link`'s peer. InvalidArgument (nothing queued) for a foreign link, a null
   // slice, a bad op, or more slices than max_queued_slices; Again when the queue cannot take them
   // all; Canceled after Stop. Otherwise OK; each slice completes exactly once through the
   // context, after its bytes moved (the slices of one call share grant round trips, at most
-  // 1024 ranges each). A zero-length slice completes Ok and touches nothing.
+  // 1024 ranges each), or with Timeout by its deadline. A zero-length slice completes Ok and
+  // touches nothing.
   Status Submit(PeerLink& link, std::span<Slice* const> slices) override;
 
   // shm needs no exchange: InvalidArgument.

@@ -4,12 +4,15 @@
 #include "transport/shm/shm_transport.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +39,56 @@ const std::string kCmaKey = "cma";
 const std::string kBadKey = "mapped:x";
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// A Unix socket at `path` that accepts connections (through the backlog) and never answers;
+// -1 when it cannot be made.
+int SilentListener(const std::string& path) {
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener, 16) != 0) {
+    ::close(listener);
+    return -1;
+  }
+  return listener;
+}
+
+// True once a connection waits in `listener`'s backlog (an initiator connected), by `timeout`.
+bool WaitConnectionPending(int listener, milliseconds timeout) {
+  pollfd p{listener, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
+}
+
+// Open file descriptors and mappings of this process.
+size_t OpenFds() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+// Lines of /proc/self/maps that map a file (a peer's memfd buffer is one). Anonymous lines are
+// left out: glibc keeps thread stacks and malloc arenas of exited threads for reuse, and how
+// many depends on how the threads overlapped, not on what the links hold.
+size_t FileMappings() {
+  std::ifstream maps("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(" /") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// Polls `pred` every millisecond until it holds or `timeout` passes.
+template <typename Pred>
+bool Eventually(Pred pred, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return true;
+}
 
 class ShmTransportTest : public ::testing::Test {
  protected:
@@ -314,12 +367,8 @@ TEST_F(ShmTransportTest, SubmitValidatesAndPushesBack) {
   // A peer whose grant socket accepts (through the backlog) but never answers: the one worker
   // stays on the first batch for io_timeout, so the queue fills.
   const std::string path = dir_->path() + "/silent.sock";
-  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener, 16), 0);
+  const int listener = SilentListener(path);
+  ASSERT_GE(listener, 0);
   ShmTransportOptions options = Options();
   options.workers = 1;
   options.max_queued_slices = 4;
@@ -353,13 +402,9 @@ TEST_F(ShmTransportTest, SubmitValidatesAndPushesBack) {
     queued.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey));
   extra.Add(Make(OpCode::kWrite, local.data(), local.data(), 8, kCmaKey));
   ASSERT_TRUE(initiator_->Submit(*link, first.ptrs).ok());
-  // Once the worker took `first`, all four fit.
-  Status s = initiator_->Submit(*link, queued.ptrs);
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds(1000);
-  while (s.code() == StatusCode::kAgain && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(1));
-    s = initiator_->Submit(*link, queued.ptrs);
-  }
+  // The worker connects once it took `first` off the queue: then all four fit.
+  ASSERT_TRUE(WaitConnectionPending(listener, milliseconds(1000)));
+  const Status s = initiator_->Submit(*link, queued.ptrs);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(initiator_->Submit(*link, extra.ptrs).code(), StatusCode::kAgain);
   EXPECT_EQ(initiator_ctx_.completions(), 0u);  // Again queued nothing
@@ -375,6 +420,126 @@ TEST_F(ShmTransportTest, SubmitValidatesAndPushesBack) {
   EXPECT_EQ(initiator_ctx_.completions(), 5u);
   EXPECT_EQ(initiator_->Submit(*link, extra.ptrs).code(), StatusCode::kCanceled);
   ::close(listener);
+}
+
+// A target that never answers its grant channel (as a frozen process): slices complete Timeout
+// at their deadline, well before io_timeout, whether a worker is waiting for their grant or
+// they are still queued behind a stuck batch; a deadline already passed never asks at all.
+TEST_F(ShmTransportTest, SlicesTimeOutAtTheirDeadlineWhenTheTargetDoesNotAnswer) {
+  const std::string path = dir_->path() + "/silent.sock";
+  const int listener = SilentListener(path);
+  ASSERT_GE(listener, 0);
+  ShmTransportOptions options = Options();
+  options.workers = 1;
+  options.io_timeout = milliseconds(5000);
+  initiator_ = std::make_unique<ShmTransport>(options);
+  ASSERT_TRUE(initiator_->Start(&initiator_ctx_, {"i", ""}).ok());
+  SegmentDesc desc;
+  desc.name = "frozen";
+  desc.incarnation = kTargetIncarnation;
+  desc.transports["shm"] = shm::EncodePeerAddress({::getpid(), path});
+  std::shared_ptr<PeerLink> link = initiator_->Connect(desc).value_or(nullptr);
+  ASSERT_NE(link, nullptr);
+  std::vector<uint8_t> local(64), remote(64);
+
+  SliceBatch past(&initiator_ctx_);
+  past.Add(Make(OpCode::kWrite, local.data(), remote.data(), 8, kCmaKey))->deadline =
+      std::chrono::steady_clock::now() - milliseconds(1);
+  ASSERT_TRUE(initiator_->Submit(*link, past.ptrs).ok());
+  ASSERT_TRUE(initiator_ctx_.WaitAll(past.ptrs, kWait));
+  EXPECT_EQ(initiator_ctx_.StatusOf(past.ptrs[0]).code(), StatusCode::kTimeout);
+  EXPECT_FALSE(WaitConnectionPending(listener, milliseconds(0))) << "a late slice asked anyway";
+
+  SliceBatch stuck(&initiator_ctx_);  // in flight until Stop: outlives the loop
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "waiting for the grant" : "queued behind a stuck batch");
+    SliceBatch batch(&initiator_ctx_);
+    if (round == 1) {  // no deadline: the worker waits io_timeout on it
+      stuck.Add(Make(OpCode::kWrite, local.data(), remote.data(), 8, kCmaKey));
+      ASSERT_TRUE(initiator_->Submit(*link, stuck.ptrs).ok());
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + milliseconds(300);
+    for (int i = 0; i < 3; ++i) {
+      batch.Add(Make(OpCode::kWrite, local.data(), remote.data() + i * 8, 8, kCmaKey))->deadline =
+          deadline + milliseconds(i);
+    }
+    ASSERT_TRUE(initiator_->Submit(*link, batch.ptrs).ok());
+    ASSERT_TRUE(initiator_ctx_.WaitAll(batch.ptrs, kWait));
+    const auto late = std::chrono::steady_clock::now() - deadline;
+    EXPECT_GE(late, milliseconds(0));
+    EXPECT_LT(late, milliseconds(100)) << "completed long after the deadline";
+    for (Slice* s : batch.ptrs) {
+      EXPECT_EQ(initiator_ctx_.StatusOf(s).code(), StatusCode::kTimeout)
+          << initiator_ctx_.StatusOf(s);
+    }
+    if (round == 1) EXPECT_EQ(initiator_ctx_.completions(), 7u) << "the stuck one still waits";
+  }
+  initiator_->Stop();
+  EXPECT_EQ(initiator_->stats().timed_out_slices, initiator_->stats().failed_slices);
+  EXPECT_EQ(initiator_ctx_.duplicate_completions(), 0u);
+  ::close(listener);
+}
+
+// Every link made, used and dropped gives back what it held: its grant connections (and the
+// target's end of them) and its mappings of the target's buffers.
+TEST_F(ShmTransportTest, DroppedLinksReleaseTheirConnectionsAndMappings) {
+  StartBoth();
+  link_.reset();
+  std::string cma_key, mapped_key;
+  uint8_t* heap = TargetRegion(64 * 1024, false, &cma_key);
+  uint8_t* shared = TargetRegion(64 * 1024, true, &mapped_key);
+  std::vector<uint8_t> local(4096, 9);
+  SegmentDesc desc;
+  desc.name = "target";
+  desc.incarnation = kTargetIncarnation;
+  desc.transports["shm"] = published_;
+  auto use_a_link = [&] {
+    std::shared_ptr<PeerLink> link = initiator_->Connect(desc).value_or(nullptr);
+    ASSERT_NE(link, nullptr);
+    SliceBatch batch(&initiator_ctx_);
+    batch.Add(Make(OpCode::kWrite, local.data(), heap, local.size(), cma_key));
+    batch.Add(Make(OpCode::kWrite, local.data(), shared, local.size(), mapped_key));
+    ASSERT_TRUE(initiator_->Submit(*link, batch.ptrs).ok());
+    ASSERT_TRUE(initiator_ctx_.WaitAll(batch.ptrs, kWait));
+    for (Slice* s : batch.ptrs) ASSERT_TRUE(initiator_ctx_.StatusOf(s).ok());
+  };
+  use_a_link();  // warms up what stays: the logger, lazily loaded libraries
+  ASSERT_TRUE(Eventually([&] { return initiator_->stats().mappings_alive == 0; }, kWait));
+  ASSERT_TRUE(target_ctx_.WaitNoPins(kWait));
+  const size_t fds = OpenFds();
+  const size_t maps = FileMappings();
+  for (int i = 0; i < 200; ++i) {
+    use_a_link();
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(initiator_->stats().fd_fetches, 201u) << "one fetch per link: the cache is per link";
+  EXPECT_TRUE(Eventually([&] { return initiator_->stats().mappings_alive == 0; }, kWait));
+  EXPECT_TRUE(Eventually([&] { return OpenFds() <= fds; }, milliseconds(5000)))
+      << OpenFds() << " fds open, " << fds << " before";
+  EXPECT_TRUE(Eventually([&] { return FileMappings() <= maps; }, milliseconds(5000)))
+      << FileMappings() << " file mappings, " << maps << " before";
+}
+
+TEST_F(ShmTransportTest, IdleGrantConnectionsAreClosed) {
+  ShmTransportOptions options = Options();
+  options.idle_timeout = milliseconds(50);
+  StartBoth(options);
+  std::string key;
+  uint8_t* remote = TargetRegion(4096, false, &key);
+  std::vector<uint8_t> local(4096, 5);
+  const size_t fds = OpenFds();
+  SliceBatch batch(&initiator_ctx_);
+  batch.Add(Make(OpCode::kWrite, local.data(), remote, local.size(), key));
+  RunAll(batch);
+  ASSERT_TRUE(initiator_ctx_.StatusOf(batch.ptrs[0]).ok());
+  EXPECT_TRUE(Eventually([&] { return initiator_->stats().idle_connections_closed == 1; }, kWait));
+  EXPECT_TRUE(Eventually([&] { return OpenFds() <= fds; }, kWait)) << "both ends closed";
+  // The link still works: a new connection opens.
+  SliceBatch again(&initiator_ctx_);
+  again.Add(Make(OpCode::kWrite, local.data(), remote, local.size(), key));
+  RunAll(again);
+  EXPECT_TRUE(initiator_ctx_.StatusOf(again.ptrs[0]).ok());
 }
 
 TEST_F(ShmTransportTest, AStoppedTargetFailsSlicesAsUnavailable) {
