@@ -3,12 +3,25 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <thread>
 
 namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
+
+// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
+// link tests/support, whose testing::WaitFor is the same.)
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
+  }
+  return done();
+}
 
 TEST(LeaseKeeperTest, RefreshesOwnedKeysPeriodicallyUntilStopped) {
   std::atomic<int> rounds{0};
@@ -24,12 +37,20 @@ TEST(LeaseKeeperTest, RefreshesOwnedKeysPeriodicallyUntilStopped) {
   EXPECT_TRUE(keeper.Owns("a"));
   keeper.Start();
   keeper.Start();  // idempotent
-  for (int i = 0; i < 200 && rounds < 3; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_GE(rounds.load(), 3);
+  ASSERT_TRUE(WaitFor([&] { return rounds >= 3; }, 5s));
   EXPECT_EQ(last_size.load(), 2u);
   keeper.Stop();
   const int stopped_at = rounds;
-  std::this_thread::sleep_for(60ms);
+  // A keeper of the same interval started after Stop(): by its third round, the stopped one
+  // would have run again had it not stopped.
+  std::atomic<int> later_rounds{0};
+  LeaseKeeper later(20ms, [&](const std::vector<KeyValue>&) {
+    later_rounds++;
+    return Status::Ok();
+  });
+  later.Start();
+  ASSERT_TRUE(WaitFor([&] { return later_rounds >= 3; }, 5s));
+  later.Stop();
   EXPECT_EQ(rounds.load(), stopped_at);
   keeper.Forget("b");
   std::vector<KeyValue> all = keeper.TakeAll();
@@ -46,7 +67,7 @@ TEST(LeaseKeeperTest, RefreshSoonRunsARoundWithoutWaitingTheInterval) {
   });
   keeper.Start();
   keeper.RefreshSoon();
-  for (int i = 0; i < 200 && rounds == 0; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(WaitFor([&] { return rounds > 0; }, 5s));
   EXPECT_EQ(rounds.load(), 1);
   keeper.Stop();  // returns promptly despite the hour-long interval
 }

@@ -1,10 +1,15 @@
 #include "metadata/segment_directory.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <fstream>
+#include <functional>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "common/clock.h"
@@ -17,14 +22,35 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Decorator: counts Gets, can slow them down, and can hide the watcher (a store without watch).
+// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
+// link tests/support, whose testing::WaitFor is the same.)
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
+  }
+  return done();
+}
+
+// True when thread `tid` of this process is asleep (state S in /proc). The threads a test asks
+// this about have nothing to sleep on but the directory's wait for another thread's fetch.
+bool Asleep(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t name_end = line.rfind(')');  // "<tid> (<name>) <state> ..."
+  return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'S';
+}
+
+// Decorator: counts Gets, can hold them back, and can hide the watcher (a store without watch).
 class CountingStore final : public MetadataStore {
  public:
   CountingStore(MetadataStore* inner, bool hide_watch) : inner_(inner), hide_watch_(hide_watch) {}
   std::string_view scheme() const override { return inner_->scheme(); }
   Result<std::string> Get(std::string_view key) override {
     gets++;
-    std::this_thread::sleep_for(get_delay);
+    if (before_get) before_get();
     return inner_->Get(key);
   }
   Status Put(std::string_view key, std::string_view value, const PutOptions& o) override {
@@ -38,7 +64,7 @@ class CountingStore final : public MetadataStore {
   void Abandon() override { inner_->Abandon(); }
 
   std::atomic<int> gets{0};
-  std::chrono::milliseconds get_delay{0};
+  std::function<void()> before_get;  // runs in every Get before it reads; set before use
 
  private:
   MetadataStore* inner_;
@@ -108,12 +134,17 @@ TEST_F(SegmentDirectoryTest, ManyThreadsOpeningOneNameCauseOneFetch) {
   SegmentPublisher publisher(owner_.get(), "ferry");
   ASSERT_TRUE(publisher.Publish(MakeDesc("busy", 1)).ok());
   CountingStore store(reader_.get(), /*hide_watch=*/true);
-  store.get_delay = 100ms;
+  // The fetch answers only once every thread is on its way in, so they all meet it in flight.
+  std::atomic<int> opening{0};
+  store.before_get = [&] { WaitFor([&] { return opening.load() == 16; }, 5s); };
   auto dir = MakeDirectory(&store);
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int t = 0; t < 16; ++t) {
-    threads.emplace_back([&] { ok += dir->Open("busy").ok() ? 1 : 0; });
+    threads.emplace_back([&] {
+      opening++;
+      ok += dir->Open("busy").ok() ? 1 : 0;
+    });
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 16);
@@ -122,17 +153,27 @@ TEST_F(SegmentDirectoryTest, ManyThreadsOpeningOneNameCauseOneFetch) {
 
 TEST_F(SegmentDirectoryTest, AFailedFetchIsSharedByItsWaiters) {
   CountingStore store(reader_.get(), /*hide_watch=*/true);
-  store.get_delay = 100ms;
+  std::atomic<bool> land{false};
+  store.before_get = [&] { WaitFor([&] { return land.load(); }, 5s); };  // holds the flight
   auto dir = MakeDirectory(&store);
-  std::vector<std::thread> threads;
   std::atomic<int> not_found{0};
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back(
-        [&] { not_found += dir->Open("ghost").status().code() == StatusCode::kNotFound ? 1 : 0; });
+  std::vector<std::atomic<pid_t>> tids(8);
+  auto open_ghost = [&](size_t t) {
+    tids[t] = ::gettid();
+    not_found += dir->Open("ghost").status().code() == StatusCode::kNotFound ? 1 : 0;
+  };
+  std::vector<std::thread> threads;
+  threads.emplace_back(open_ghost, 0);
+  EXPECT_TRUE(WaitFor([&] { return store.gets.load() == 1; }, 5s)) << "the first one fetches";
+  // Each of the others joins the flight: asleep in Open, which is where it waits for it.
+  for (size_t t = 1; t < tids.size(); ++t) {
+    threads.emplace_back(open_ghost, t);
+    EXPECT_TRUE(WaitFor([&] { return tids[t] != 0 && Asleep(tids[t]); }, 5s)) << "thread " << t;
   }
+  land = true;
   for (auto& t : threads) t.join();
   EXPECT_EQ(not_found.load(), 8);
-  EXPECT_LE(store.gets.load(), 2);  // at most one straggler that arrived after the flight landed
+  EXPECT_EQ(store.gets.load(), 1);
 }
 
 TEST_F(SegmentDirectoryTest, SixteenThreadsOpenAHundredSegments) {
@@ -184,21 +225,11 @@ TEST_F(SegmentDirectoryTest, WatchEventsReplaceAndDropEntries) {
   ASSERT_TRUE(dir->watching());
   ASSERT_TRUE(dir->Open("node-w").ok());
   ASSERT_TRUE(publisher.Publish(MakeDesc("node-w", 1, 2)).ok());
-  const auto start = std::chrono::steady_clock::now();
-  while (dir->Open("node-w")->desc->buffers.size() != 2 &&
-         std::chrono::steady_clock::now() - start < 1s) {
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_EQ(dir->Open("node-w")->desc->buffers.size(), 2u);
+  EXPECT_TRUE(WaitFor([&] { return dir->Open("node-w")->desc->buffers.size() == 2; }, 5s));
   EXPECT_EQ(store.gets.load(), 1);  // the watch delivered it; no fetch
   ASSERT_TRUE(publisher.Remove().ok());
-  Status s;
-  for (int i = 0; i < 200; ++i) {
-    s = dir->Open("node-w").status();
-    if (s.code() == StatusCode::kNotFound) break;
-    std::this_thread::sleep_for(5ms);
-  }
-  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_TRUE(
+      WaitFor([&] { return dir->Open("node-w").status().code() == StatusCode::kNotFound; }, 5s));
 }
 
 TEST_F(SegmentDirectoryTest, MalformedStoredValueIsAnErrorAndLeavesTheCacheUntouched) {
@@ -208,8 +239,21 @@ TEST_F(SegmentDirectoryTest, MalformedStoredValueIsAnErrorAndLeavesTheCacheUntou
   auto dir = MakeDirectory(&store);
   Result<SegmentHandle> before = dir->Open("node-m");
   ASSERT_TRUE(before.ok());
+  ASSERT_TRUE(
+      owner_
+          ->Put(SegmentDescKey("ferry", "node-later"), EncodeSegmentDesc(MakeDesc("node-later", 2)))
+          .ok());
+  ASSERT_TRUE(dir->Open("node-later").ok());  // cached, so only the watch can change it
+  const int gets = store.gets.load();
   ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", "node-m"), "{\"schema_version\":1,").ok());
-  std::this_thread::sleep_for(100ms);  // let the watch event arrive (and be ignored)
+  // The watch delivers in order: once this later update is in, the malformed one came first.
+  ASSERT_TRUE(owner_
+                  ->Put(SegmentDescKey("ferry", "node-later"),
+                        EncodeSegmentDesc(MakeDesc("node-later", 2, 3)))
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return dir->Open("node-later")->desc->buffers.size() == 3; }, 5s));
+  EXPECT_EQ(store.gets.load(), gets);
+  EXPECT_EQ(dir->Open("node-m")->desc, before->desc) << "the malformed update was ignored";
   Status sync = dir->Sync("node-m");
   EXPECT_EQ(sync.code(), StatusCode::kInvalidArgument) << sync;
   Result<SegmentHandle> after = dir->Open("node-m");

@@ -19,6 +19,12 @@ namespace {
 constexpr int kSlots = 64;
 constexpr uint64_t kSlotSize = 4096;
 constexpr uint64_t kBase = 0x100000;
+// How much racing makes a run: the threads stop once each count is reached (or the bound
+// passes, which fails the test), however fast or slow the machine.
+constexpr uint64_t kPinsTaken = 50000;
+constexpr uint64_t kPinsRefused = 500;
+constexpr uint64_t kReregistrations = 10000;
+constexpr std::chrono::seconds kBound{60};
 
 // Stands in for the memory behind a region: `freed` is set by the unregister callback.
 struct Slot {
@@ -57,6 +63,7 @@ TEST(LocalRegistryStressTest, PinsNeverOutliveTheirRegion) {
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> pins_taken{0};
   std::atomic<uint64_t> pins_refused{0};
+  std::atomic<uint64_t> reregistrations{0};
   auto pinner = [&](unsigned seed) {
     std::mt19937_64 rng(seed);
     while (!stop.load(std::memory_order_relaxed)) {
@@ -89,19 +96,29 @@ TEST(LocalRegistryStressTest, PinsNeverOutliveTheirRegion) {
       if (!s.ok()) violations++;
       if (!slots[static_cast<size_t>(i)]->freed.load()) violations++;  // callback did not run
       register_slot(i);
+      reregistrations++;
     }
   };
 
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < 4; ++t) threads.emplace_back(pinner, 100 + t);
   for (unsigned t = 0; t < 2; ++t) threads.emplace_back(churner, t);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Polled from this thread, which otherwise only waits: the racing threads never block on it.
+  const auto deadline = std::chrono::steady_clock::now() + kBound;
+  auto enough = [&] {
+    return pins_taken.load() >= kPinsTaken && pins_refused.load() >= kPinsRefused &&
+           reregistrations.load() >= kReregistrations;
+  };
+  while (!enough() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // between checks of the bound
+  }
   stop = true;
   for (auto& t : threads) t.join();
 
   EXPECT_EQ(violations.load(), 0);
-  EXPECT_GT(pins_taken.load(), 1000u);
-  EXPECT_GT(pins_refused.load(), 0u);  // the race was really exercised
+  EXPECT_GE(pins_taken.load(), kPinsTaken);
+  EXPECT_GE(pins_refused.load(), kPinsRefused);  // the race was really exercised
+  EXPECT_GE(reregistrations.load(), kReregistrations);
   EXPECT_EQ(registry.size(), static_cast<size_t>(kSlots));
 }
 

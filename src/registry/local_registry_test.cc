@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -11,6 +12,17 @@ namespace ferry {
 namespace {
 
 using std::chrono::milliseconds;
+
+// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
+// link tests/support, whose testing::WaitFor is the same.)
+bool WaitFor(const std::function<bool()>& done, milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(1));  // between checks of a bounded wait
+  }
+  return done();
+}
 
 RegionSpec Spec(uint64_t addr, uint64_t length, std::string transport = "tcp",
                 std::function<Status()> on_unregister = nullptr) {
@@ -232,18 +244,21 @@ TEST(LocalRegistryTest, UnregisterWaitsForPinsThenRunsCallbacks) {
                   .ok());
   Result<PinGuard> pin = registry.Pin(0x1000, 0x10);
   ASSERT_TRUE(pin.ok());
+  std::atomic<bool> unregister_returned{false};
+  std::atomic<bool> saw_closing{false};
   std::thread releaser([&, guard = std::move(*pin)]() mutable {
-    std::this_thread::sleep_for(milliseconds(100));
+    // Once the region refuses new pins, Unregister is waiting for this one.
+    saw_closing = WaitFor([&] { return !registry.Pin(0x1000, 1).ok(); }, milliseconds(5000));
+    EXPECT_FALSE(unregister_returned) << "Unregister returned while a pin was held";
     released = true;
     guard.Release();
   });
-  const auto start = std::chrono::steady_clock::now();
   Status s = registry.Unregister(0x1000);
-  const auto waited = std::chrono::steady_clock::now() - start;
+  unregister_returned = true;
   releaser.join();
+  EXPECT_TRUE(saw_closing);
   EXPECT_TRUE(s.ok()) << s;
   EXPECT_TRUE(callback_saw_release);
-  EXPECT_GE(waited, milliseconds(50));
   EXPECT_EQ(registry.size(), 0u);
 }
 
@@ -254,9 +269,7 @@ TEST(LocalRegistryTest, SecondConcurrentUnregisterIsBusy) {
   ASSERT_TRUE(pin.ok());
   std::thread first([&] { EXPECT_TRUE(registry.Unregister(0x1000).ok()); });
   // Wait until the first call has marked the region closing.
-  for (int i = 0; i < 2000 && registry.Pin(0x1000, 1).ok(); ++i) {
-    std::this_thread::sleep_for(milliseconds(1));
-  }
+  EXPECT_TRUE(WaitFor([&] { return !registry.Pin(0x1000, 1).ok(); }, milliseconds(5000)));
   EXPECT_EQ(registry.Unregister(0x1000).code(), StatusCode::kBusy);
   pin->Release();
   first.join();

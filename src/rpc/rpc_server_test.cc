@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -31,6 +32,17 @@ using Clock = std::chrono::steady_clock;
 
 HostPort Local(uint16_t port) { return HostPort{"127.0.0.1", port}; }
 
+// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
+// link tests/support, whose testing::WaitFor is the same.)
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
+  }
+  return done();
+}
+
 // Echo on one persistent client; fails the test when the call fails.
 void ExpectEcho(RpcClient& client, uint16_t port, const std::string& payload) {
   Result<std::string> r = client.Call(Local(port), kEchoType, payload, 5s);
@@ -53,12 +65,18 @@ TEST(RpcServerTest, EchoOverARawConnection) {
 }
 
 TEST(RpcServerTest, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
+  std::atomic<bool> other_served{false};
   auto server = RpcServer::Create({}).value();
-  // The first request is the slowest, so a reordering server would answer it last.
+  // The first request is the slowest: it is answered only after a request on another
+  // connection, sent after the whole burst, was served. A server that ran the burst's requests
+  // side by side would answer the others first.
   ASSERT_TRUE(server
                   ->RegisterHandler(kEchoType,
-                                    [](std::string_view payload, const PeerInfo&) {
-                                      if (payload == "0") std::this_thread::sleep_for(100ms);
+                                    [&](std::string_view payload, const PeerInfo&) {
+                                      if (payload == "0") {
+                                        WaitFor([&] { return other_served.load(); }, 5s);
+                                      }
+                                      if (payload == "other") other_served = true;
                                       return Result<std::string>(std::string(payload));
                                     })
                   .ok());
@@ -67,6 +85,8 @@ TEST(RpcServerTest, PipelinedRequestsOnOneConnectionAreAnsweredInOrder) {
   std::string burst;
   for (int i = 0; i < 8; ++i) burst += RequestFrame(kEchoType, 100 + i, std::to_string(i));
   ASSERT_TRUE(RawSend(fd.get(), burst));
+  RpcClient other;
+  ExpectEcho(other, server->port(), "other");
   for (int i = 0; i < 8; ++i) {
     auto frame = RawReadFrame(fd.get());
     ASSERT_TRUE(frame.ok()) << frame.status();
@@ -214,11 +234,7 @@ TEST(RpcServerTest, ClientThatNeverReadsItsResponseBlocksNobody) {
   for (int i = 0; i < 10; ++i) ExpectEcho(client, server->port(), "meanwhile");
   client.CloseIdleConnections();
   // The lazy connection goes once its response made no progress for io_timeout.
-  const auto wait_until = Clock::now() + 5s;
-  while (server->open_connections() > 0 && Clock::now() < wait_until) {
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_EQ(server->open_connections(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return server->open_connections() == 0; }, 5s));
 }
 
 TEST(RpcServerTest, IdleConnectionIsClosedAfterIdleTimeout) {
@@ -298,13 +314,11 @@ TEST(RpcServerTest, ConnectionsBeyondTheCapAreClosed) {
   EXPECT_TRUE(ClosedWithin(c.get(), 3s));
   EXPECT_EQ(server->connections_rejected(), 1u);
   a.Reset();  // frees a slot once the server sees the close
-  bool served = false;
-  for (int attempt = 0; attempt < 50 && !served; ++attempt) {
-    UniqueFd d = RawConnect(server->port());
-    served = RawSend(d.get(), RequestFrame(kEchoType, 1, "d")) && RawReadFrame(d.get(), 1s).ok();
-    if (!served) std::this_thread::sleep_for(20ms);
-  }
-  EXPECT_TRUE(served);
+  ASSERT_TRUE(WaitFor([&] { return server->open_connections() < 2; }, 5s));
+  UniqueFd d = RawConnect(server->port());
+  ASSERT_TRUE(RawSend(d.get(), RequestFrame(kEchoType, 1, "d")));
+  EXPECT_TRUE(RawReadFrame(d.get()).ok());
+  EXPECT_EQ(server->connections_rejected(), 1u);
 }
 
 TEST(RpcServerTest, StopWithCallsInFlightReturnsPromptly) {
@@ -312,11 +326,14 @@ TEST(RpcServerTest, StopWithCallsInFlightReturnsPromptly) {
   o.worker_threads = 2;
   auto server = RpcServer::Create(o).value();
   std::atomic<int> entered{0};
+  std::atomic<int> returned{0};
   ASSERT_TRUE(server
                   ->RegisterHandler(kEchoType,
                                     [&](std::string_view p, const PeerInfo&) {
                                       entered.fetch_add(1);
-                                      std::this_thread::sleep_for(200ms);
+                                      // Still running when Stop() closes the connections: it
+                                      // returns once every caller has seen its connection close.
+                                      WaitFor([&] { return returned.load() == 8; }, 10s);
                                       return Result<std::string>(std::string(p));
                                     })
                   .ok());
@@ -326,16 +343,13 @@ TEST(RpcServerTest, StopWithCallsInFlightReturnsPromptly) {
 
   RpcClient client;
   std::vector<std::thread> callers;
-  std::atomic<int> returned{0};
   for (int i = 0; i < 8; ++i) {
     callers.emplace_back([&] {
       (void)client.Call(Local(server->port()), kEchoType, "x", 20s);
       returned.fetch_add(1);
     });
   }
-  const auto wait_until = Clock::now() + 5s;
-  while (entered.load() < 2 && Clock::now() < wait_until) std::this_thread::sleep_for(5ms);
-  ASSERT_GE(entered.load(), 2);
+  EXPECT_TRUE(WaitFor([&] { return entered.load() >= 2; }, 5s));
 
   const auto start = Clock::now();
   server->Stop();

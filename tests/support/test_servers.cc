@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -57,20 +58,126 @@ Result<uint16_t> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
-bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout,
+             std::chrono::milliseconds poll) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    const bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    ::close(fd);
-    if (up) return true;
-    std::this_thread::sleep_for(20ms);
+    if (done()) return true;
+    std::this_thread::sleep_for(poll);  // between checks of a bounded wait, never instead of one
   }
-  return false;
+  return done();
+}
+
+namespace {
+
+// A TCP connect to 127.0.0.1:port; the connected socket, or -1.
+int ConnectLocal(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Milliseconds from now to `deadline`, for poll(): at least 0.
+int MillisUntil(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<std::chrono::milliseconds::rep>(left.count(), 0));
+}
+
+}  // namespace
+
+bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {
+  return WaitFor(
+      [port] {
+        const int fd = ConnectLocal(port);
+        if (fd < 0) return false;
+        ::close(fd);
+        return true;
+      },
+      timeout, 20ms);
+}
+
+// ---- SilentListener ---------------------------------------------------------------------------
+
+Result<std::unique_ptr<SilentListener>> SilentListener::Start(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return InternalError(std::string("socket: ") + std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 64) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string error = std::strerror(errno);
+    ::close(fd);
+    return UnavailableError("listen on 127.0.0.1:" + std::to_string(port) + ": " + error);
+  }
+  return std::unique_ptr<SilentListener>(new SilentListener(fd, ntohs(addr.sin_port)));
+}
+
+SilentListener::~SilentListener() {
+  for (int fd : held_) ::close(fd);
+  ::close(fd_);
+}
+
+int SilentListener::AcceptBy(std::chrono::steady_clock::time_point deadline) {
+  pollfd p{fd_, POLLIN, 0};
+  if (::poll(&p, 1, MillisUntil(deadline)) <= 0) return -1;
+  const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) ++accepted_;
+  return fd;
+}
+
+bool SilentListener::WaitForRequest(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    // One poll over the listener and every held connection: a new client, or a request.
+    std::vector<pollfd> fds{{fd_, POLLIN, 0}};
+    for (int fd : held_) fds.push_back({fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), MillisUntil(deadline)) <= 0) return false;
+    bool request = false;
+    held_.clear();
+    for (size_t i = 1; i < fds.size(); ++i) {
+      char byte = 0;
+      const ssize_t n =
+          fds[i].revents == 0 ? -1 : ::recv(fds[i].fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && fds[i].revents != 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        ::close(fds[i].fd);  // its client gave up
+        continue;
+      }
+      request = request || n > 0;
+      held_.push_back(fds[i].fd);
+    }
+    if (request) return true;
+    if ((fds[0].revents & POLLIN) != 0) {
+      const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        ++accepted_;
+        held_.push_back(fd);
+      }
+    }
+  }
+}
+
+bool SilentListener::CloseConnections(size_t n, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (accepted_ < n) {
+    const int fd = AcceptBy(deadline);
+    if (fd < 0) return accepted_ >= n;
+    ::close(fd);
+  }
+  return true;
 }
 
 Result<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(std::vector<std::string> argv,
@@ -172,14 +279,10 @@ bool ChildProcess::running() {
 int ChildProcess::Stop(std::chrono::milliseconds grace) {
   if (reaped_) return -1;
   ::kill(pid_, SIGTERM);
-  const auto deadline = std::chrono::steady_clock::now() + grace;
   int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      reaped_ = true;
-      return status;
-    }
-    std::this_thread::sleep_for(10ms);
+  if (WaitFor([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, grace, 10ms)) {
+    reaped_ = true;
+    return status;
   }
   Kill();
   return -1;
@@ -244,28 +347,27 @@ Result<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
 bool EtcdServer::WaitReady(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!WaitForPort(port_, timeout)) return false;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    timeval tv{0, 200000};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port_);
-    std::string reply;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      const char request[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-      if (::send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL) > 0) {
-        char buf[512];
-        ssize_t n = 0;
-        while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) reply.append(buf, static_cast<size_t>(n));
-      }
-    }
-    ::close(fd);
-    if (reply.find("\"health\":\"true\"") != std::string::npos) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return WaitFor(
+      [this] {
+        const int fd = ConnectLocal(port_);
+        if (fd < 0) return false;
+        timeval tv{0, 200000};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        std::string reply;
+        const char request[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if (::send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL) > 0) {
+          char buf[512];
+          ssize_t n = 0;
+          while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+            reply.append(buf, static_cast<size_t>(n));
+          }
+        }
+        ::close(fd);
+        return reply.find("\"health\":\"true\"") != std::string::npos;
+      },
+      left, 50ms);
 }
 
 std::vector<std::string> EtcdServer::Command() const {

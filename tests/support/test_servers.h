@@ -7,11 +7,15 @@
 //
 // Every wait is bounded; a server that does not come up is an Unavailable error naming its
 // log file. Thread contract: each object is used by one thread at a time.
+//
+// Tests wait on events, never on time (STYLE.md 18): WaitFor polls the condition a test checks,
+// with a bound; SilentListener lets a test see a client's connection attempts.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +23,11 @@
 #include "ferry/status.h"
 
 namespace ferry::testing {
+
+// True once `done()` holds, checking it every `poll` until `timeout` has passed (then once more).
+// `done` runs on the calling thread.
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout,
+             std::chrono::milliseconds poll = std::chrono::milliseconds(5));
 
 // A directory under $TMPDIR (or /tmp) removed with its contents on destruction.
 class TempDir {
@@ -39,6 +48,37 @@ Result<uint16_t> PickFreePort();
 
 // True once something accepts TCP connections on 127.0.0.1:port, polling until `timeout`.
 bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout);
+
+// A socket listening on 127.0.0.1 that never answers. Clients connect (the kernel's backlog)
+// and wait; the test takes their connections only when it asks, to see that they came:
+// a server that accepts but is silent, or, started on a killed server's port, one that is dead.
+// Thread contract: one thread at a time.
+class SilentListener {
+ public:
+  // On `port`, or a free port when 0 (a port a killed server just left is fine).
+  static Result<std::unique_ptr<SilentListener>> Start(uint16_t port = 0);
+  ~SilentListener();  // closes the listener and every connection it took
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  uint16_t port() const { return port_; }
+
+  // Takes connections, holding them open and unanswered, until one of them has sent a byte: a
+  // client has sent its request and now waits for the answer. False when none did in `timeout`.
+  bool WaitForRequest(std::chrono::milliseconds timeout);
+  // Takes connections and closes each at once (the client sees EOF, as from a server that
+  // died) until `n` have come since Start(). False when fewer came in `timeout`.
+  bool CloseConnections(size_t n, std::chrono::milliseconds timeout);
+
+ private:
+  SilentListener(int fd, uint16_t port) : fd_(fd), port_(port) {}
+  // Accepts one connection if one arrives by `deadline`; -1 otherwise.
+  int AcceptBy(std::chrono::steady_clock::time_point deadline);
+
+  int fd_;
+  uint16_t port_;
+  size_t accepted_ = 0;
+  std::vector<int> held_;
+};
 
 // One child process, started with execv, its output in `log_path`.
 class ChildProcess {

@@ -15,7 +15,6 @@
 #include <regex>
 #include <sstream>
 #include <string>
-#include <thread>
 
 #include "common/tsan_suppressions.h"
 #include "test_servers.h"
@@ -26,7 +25,6 @@ namespace ferry::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using SteadyClock = std::chrono::steady_clock;
 
 std::string ServerBinary() { return BinDir() + "/ferry-metadata-server"; }
 
@@ -55,17 +53,6 @@ int PutKey(httplib::Client& c, const std::string& query, const std::string& body
 
 int GetStatus(httplib::Client& c, const std::string& key) {
   return StatusOf(c.Get("/metadata?key=" + key));
-}
-
-// Polls `pred` every 50 ms until it holds or `timeout` passes.
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
 }
 
 std::string ReadFile(const std::string& path) {
@@ -219,24 +206,25 @@ TEST(MetadataServerTest, KeysExpireTtlAfterTheirLastPut) {
   auto server = MustStart();
   ASSERT_NE(server, nullptr);
   auto c = Connect(server->port());
-  const auto start = SteadyClock::now();
   EXPECT_EQ(PutKey(*c, "key=short&ttl=1", "s"), 200);
   EXPECT_EQ(PutKey(*c, "key=renewed&ttl=2", "r"), 200);
   EXPECT_EQ(PutKey(*c, "key=untimed&ttl=1", "u"), 200);
   EXPECT_EQ(PutKey(*c, "key=untimed", "u"), 200);  // a PUT without ttl removes the TTL
+  // Put last, with the longest first TTL: once it expired, so would have every key above had
+  // its TTL not been renewed or removed. The server's own expiry is the event waited for.
+  EXPECT_EQ(PutKey(*c, "key=reference&ttl=2", "x"), 200);
   EXPECT_EQ(GetStatus(*c, "short"), 200);
 
-  std::this_thread::sleep_until(start + 1200ms);
-  EXPECT_EQ(PutKey(*c, "key=renewed&ttl=2", "r"), 200);  // now expires ~3.2 s after start
-  EXPECT_TRUE(Eventually([&] { return GetStatus(*c, "short") == 404; }, 2s));
+  EXPECT_TRUE(WaitFor([&] { return GetStatus(*c, "short") == 404; }, 3s));
+  EXPECT_EQ(PutKey(*c, "key=renewed&ttl=2", "r"), 200);  // now expires 2 s after short did
   httplib::Result listed = c->Get("/metadata?prefix=");
   ASSERT_TRUE(listed);
   EXPECT_EQ(listed->body.find("short"), std::string::npos) << listed->body;
 
-  std::this_thread::sleep_until(start + 2400ms);
+  EXPECT_TRUE(WaitFor([&] { return GetStatus(*c, "reference") == 404; }, 3s));
   EXPECT_EQ(GetStatus(*c, "renewed"), 200);
   EXPECT_EQ(GetStatus(*c, "untimed"), 200);
-  EXPECT_TRUE(Eventually([&] { return GetStatus(*c, "renewed") == 404; }, 3s));
+  EXPECT_TRUE(WaitFor([&] { return GetStatus(*c, "renewed") == 404; }, 4s));
   httplib::Result health = c->Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(nlohmann::json::parse(health->body)["keys"], 1);
@@ -280,7 +268,7 @@ TEST(MetadataServerTest, TtlSurvivesRestart) {
   c = Connect(server->port());
   // Still there after the restart, and it still expires: the expiry time was persisted.
   EXPECT_EQ(GetStatus(*c, "leased"), 200);
-  EXPECT_TRUE(Eventually([&] { return GetStatus(*c, "leased") == 404; }, 4s));
+  EXPECT_TRUE(WaitFor([&] { return GetStatus(*c, "leased") == 404; }, 4s));
   ASSERT_TRUE(server->Restart().ok());
   c = Connect(server->port());
   EXPECT_EQ(GetStatus(*c, "leased"), 404);
@@ -314,7 +302,7 @@ TEST(MetadataServerTest, PortZeroPicksAFreePortAndSaysWhich) {
   std::smatch match;
   std::string log;
   const std::regex ready("ready port=([0-9]+)\n");
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(WaitFor(
       [&] {
         log = (*child)->LogTail();
         return std::regex_search(log, match, ready);

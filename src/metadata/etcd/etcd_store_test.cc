@@ -4,15 +4,10 @@
 // malformed and oversized replies.
 #include "metadata/etcd/etcd_store.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +25,7 @@ using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
 using testing::EtcdServer;
+using testing::WaitFor;
 
 constexpr milliseconds kTimeout{1000};
 constexpr milliseconds kTtl{2000};  // etcd's smallest lease TTL (it raises 1 s to 2 s)
@@ -45,16 +41,6 @@ std::unique_ptr<MetadataStore> MakeStore(const std::vector<HostPort>& endpoints,
   return store.ok() ? std::move(*store) : nullptr;
 }
 
-// Polls `done` every 20 ms until it holds or `limit` passes.
-bool WaitFor(const std::function<bool()>& done, milliseconds limit) {
-  const auto deadline = SteadyClock::now() + limit;
-  while (SteadyClock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
-
 milliseconds Since(SteadyClock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start);
 }
@@ -66,26 +52,22 @@ uint16_t DeadPort() {
   return port.value_or(1);
 }
 
-// A listening socket that never accepts: connections complete (backlog) but never get a reply.
+// An endpoint that accepts connections (the backlog) but never answers them.
 class HungListener {
  public:
   HungListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(fd_, 64), 0);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    port_ = ntohs(addr.sin_port);
+    Result<std::unique_ptr<testing::SilentListener>> listener = testing::SilentListener::Start();
+    EXPECT_TRUE(listener.ok()) << listener.status();
+    if (listener.ok()) listener_ = std::move(*listener);
   }
-  ~HungListener() { ::close(fd_); }
-  HostPort endpoint() const { return {"127.0.0.1", port_}; }
+  HostPort endpoint() const { return {"127.0.0.1", listener_ ? listener_->port() : uint16_t{1}}; }
+  // True once a client has sent its request here (and now waits for the answer).
+  bool WaitForRequest(milliseconds limit) {
+    return listener_ != nullptr && listener_->WaitForRequest(limit);
+  }
 
  private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
+  std::unique_ptr<testing::SilentListener> listener_;
 };
 
 // Records watch events; thread-safe.
@@ -107,6 +89,18 @@ class EventLog {
   }
   bool WaitForCount(size_t n, milliseconds limit) const {
     return WaitFor([&] { return size() >= n; }, limit);
+  }
+  // True once an event for `key` arrived.
+  bool WaitForKey(std::string_view key, milliseconds limit) const {
+    return WaitFor(
+        [&] {
+          MutexLock lock(mu_);
+          for (const WatchEvent& e : events_) {
+            if (e.key == key) return true;
+          }
+          return false;
+        },
+        limit);
   }
 
  private:
@@ -152,6 +146,16 @@ class EtcdStoreTest : public ::testing::Test {
   std::unique_ptr<MetadataStore> Observer() { return MakeStore({endpoint()}); }
 
   bool Exists(MetadataStore& store, std::string_view key) { return store.Get(key).ok(); }
+
+  // Attaches `key` to a new lease of `ttl_seconds` that nobody keeps alive. Once the key is gone,
+  // every lease granted before it with no longer a TTL has expired too, unless it was kept
+  // alive: a test waits for that expiry (etcd's own event), not for the time.
+  void PutUnrefreshed(std::string_view key, int64_t ttl_seconds) {
+    EtcdClient client({endpoint()}, kTimeout);
+    Result<EtcdClient::Lease> lease = client.LeaseGrant(ttl_seconds);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_TRUE(client.Put(key, "reference", lease->id).ok());
+  }
 
   std::unique_ptr<EtcdServer> etcd_;
   std::unique_ptr<MetadataStore> store_;
@@ -267,7 +271,10 @@ TEST_F(EtcdStoreTest, AllEndpointsDownNamesEach) {
 TEST_F(EtcdStoreTest, LeasedKeyIsKeptAliveAndVanishesAfterAbandon) {
   ASSERT_TRUE(store_->Put("lease/a", "alive", {.leased = true}).ok());
   auto observer = Observer();
-  std::this_thread::sleep_for(kTtl + 1500ms);
+  // Granted after the store's lease, with the same TTL: the store's lease outlives it only if
+  // the store keeps it alive.
+  ASSERT_NO_FATAL_FAILURE(PutUnrefreshed("lease/reference", kTtl.count() / 1000));
+  ASSERT_TRUE(WaitFor([&] { return !Exists(*observer, "lease/reference"); }, kTtl + 3s));
   EXPECT_TRUE(Exists(*observer, "lease/a")) << "the keeper refreshes the lease";
 
   store_->Abandon();
@@ -284,7 +291,10 @@ TEST_F(EtcdStoreTest, LeasedKeySurvivesEtcdRestart) {
   ASSERT_TRUE(WaitUntilServing());
   auto observer = Observer();
   EXPECT_TRUE(WaitFor([&] { return Exists(*observer, "lease/r"); }, 5s));
-  std::this_thread::sleep_for(kTtl + 1s);
+  // A restarted etcd extends every lease by its election timeout (1 s) before expiring any: the
+  // reference lease, granted after the restart, lasts that much longer than the TTL.
+  ASSERT_NO_FATAL_FAILURE(PutUnrefreshed("lease/reference", kTtl.count() / 1000 + 1));
+  ASSERT_TRUE(WaitFor([&] { return !Exists(*observer, "lease/reference"); }, kTtl + 4s));
   EXPECT_EQ(observer->Get("lease/r").value_or(""), "v") << "still kept alive after the restart";
 }
 
@@ -376,8 +386,10 @@ TEST_F(EtcdStoreTest, WatchResumesAfterEtcdRestart) {
   ASSERT_TRUE(store_->Put("w/2", "b").ok());
   ASSERT_TRUE(store_->Delete("w/1").ok());
   EXPECT_TRUE(log.WaitForCount(3, 5s));
-  std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(Describe(log.Events()), "put w/1=a; put w/2=b; delete w/1; ")
+  // Events come in revision order: a repeat of an earlier change would come before this one.
+  ASSERT_TRUE(store_->Put("w/marker", "m").ok());
+  EXPECT_TRUE(log.WaitForKey("w/marker", 5s));
+  EXPECT_EQ(Describe(log.Events()), "put w/1=a; put w/2=b; delete w/1; put w/marker=m; ")
       << "resumed from the next revision: nothing lost, nothing repeated";
 }
 
@@ -415,15 +427,25 @@ TEST_F(EtcdStoreTest, DestroyingWatchStopsDeliveryPromptly) {
   auto start = SteadyClock::now();
   handle->reset();
   EXPECT_LT(Since(start), 500ms);
+  // A watch that is still there sees s/2: once it did, the gone one would have too.
+  EventLog later;
+  auto still_there = store_->watcher()->Watch("s/", later.Callback());
+  ASSERT_TRUE(still_there.ok()) << still_there.status();
   ASSERT_TRUE(store_->Put("s/2", "x").ok());
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(later.WaitForKey("s/2", 1s));
   EXPECT_EQ(log.size(), 1u) << "no callback after the handle is gone";
+  still_there->reset();
 
   // Also while reconnecting to a dead etcd, and while stuck on a silent endpoint.
   handle = store_->watcher()->Watch("s/", log.Callback());
   ASSERT_TRUE(handle.ok());
+  const uint16_t etcd_port = etcd_->port();
   etcd_->Kill();
-  std::this_thread::sleep_for(300ms);
+  // What listens on the dead etcd's port now closes every connection at once, as a dead etcd
+  // would refuse it: an attempt arriving there shows the watch is reconnecting.
+  Result<std::unique_ptr<testing::SilentListener>> dead = testing::SilentListener::Start(etcd_port);
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  ASSERT_TRUE((*dead)->CloseConnections(1, 5s)) << "the watch never tried to reconnect";
   start = SteadyClock::now();
   handle->reset();
   EXPECT_LT(Since(start), 500ms);
@@ -433,7 +455,7 @@ TEST_F(EtcdStoreTest, DestroyingWatchStopsDeliveryPromptly) {
       std::make_shared<EtcdClient>(std::vector<HostPort>{hung.endpoint()}, kTimeout), "s/",
       log.Callback(), 1);
   ASSERT_TRUE(stuck.ok());
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(hung.WaitForRequest(5s)) << "the watch never sent its request";
   start = SteadyClock::now();
   stuck->reset();
   EXPECT_LT(Since(start), 500ms);
@@ -473,6 +495,7 @@ class FakeEtcd {
   FakeEtcd() {
     server_.Post(".*", [this](const httplib::Request&, httplib::Response& res) {
       MutexLock lock(mu_);
+      ++requests_;
       res.status = status_;
       if (huge_bytes_ > 0) {
         const size_t total = huge_bytes_;
@@ -506,6 +529,11 @@ class FakeEtcd {
     huge_bytes_ = huge_bytes;
   }
   HostPort endpoint() const { return {"127.0.0.1", port_}; }
+  // Requests answered so far.
+  size_t requests() {
+    MutexLock lock(mu_);
+    return requests_;
+  }
 
  private:
   httplib::Server server_;
@@ -515,6 +543,7 @@ class FakeEtcd {
   int status_ GUARDED_BY(mu_) = 200;
   std::string body_ GUARDED_BY(mu_);
   size_t huge_bytes_ GUARDED_BY(mu_) = 0;
+  size_t requests_ GUARDED_BY(mu_) = 0;
 };
 
 TEST(EtcdStoreMalformedTest, GarbageRepliesAreErrorsNotCrashes) {
@@ -570,18 +599,21 @@ TEST(EtcdStoreMalformedTest, GarbageWatchStreamsAreSurvived) {
         std::string("{\"result\":{\"created\":true}}garbage{{{"), std::string("[]"),
         std::string("}{")}) {
     fake.Reply(200, body);
+    const size_t asked = fake.requests();
     auto handle = StartEtcdWatchAt(client, "g/", log.Callback(), 5);
     ASSERT_TRUE(handle.ok());
-    std::this_thread::sleep_for(150ms);
+    // Survived: it read the reply, dropped it and asked again.
+    EXPECT_TRUE(WaitFor([&] { return fake.requests() >= asked + 2; }, 5s)) << body;
     const auto start = SteadyClock::now();
     handle->reset();
     EXPECT_LT(Since(start), 500ms) << body;
   }
   // An endless object: cut off at the size limit, then reconnected.
   fake.Reply(200, "", /*huge_bytes=*/kMaxEtcdReplyBytes + (4 << 20));
+  const size_t asked = fake.requests();
   auto handle = StartEtcdWatchAt(client, "g/", log.Callback(), 5);
   ASSERT_TRUE(handle.ok());
-  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(WaitFor([&] { return fake.requests() >= asked + 2; }, 5s));
   handle->reset();
   EXPECT_EQ(log.size(), 0u) << Describe(log.Events());
 }

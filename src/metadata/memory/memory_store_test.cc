@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <thread>
 
 #include "common/clock.h"
@@ -11,6 +14,17 @@ namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
+
+// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
+// link tests/support, whose testing::WaitFor is the same.)
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
+  }
+  return done();
+}
 
 TEST(MemoryStoreTest, ClientsOfOneNameShareKeysAndNotFoundIsDistinct) {
   auto a = CreateMemoryStore("mem-share", {});
@@ -63,16 +77,21 @@ TEST(MemoryStoreTest, WatchDeliversPutsAndDeletesInOrderAndStopsOnDestruction) {
   ASSERT_TRUE((*store)->Put("p/a", "1").ok());
   ASSERT_TRUE((*store)->Put("q/ignored", "1").ok());
   ASSERT_TRUE((*store)->Delete("p/a").ok());
-  for (int i = 0; i < 200; ++i) {
-    {
-      MutexLock lock(mu);
-      if (seen.size() == 2) break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        MutexLock lock(mu);
+        return seen.size() == 2;
+      },
+      5s));
   watch->reset();
+  // A watch that is still there sees p/b: once it did, the gone one would have too.
+  std::atomic<bool> later_saw_b{false};
+  auto still_there = (*store)->watcher()->Watch("p/", [&](const WatchEvent& e) {
+    if (e.key == "p/b") later_saw_b = true;
+  });
+  ASSERT_TRUE(still_there.ok());
   ASSERT_TRUE((*store)->Put("p/b", "2").ok());
-  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(WaitFor([&] { return later_saw_b.load(); }, 5s));
   MutexLock lock(mu);
   EXPECT_EQ(seen, (std::vector<std::string>{"put p/a=1", "del p/a="}));
 }

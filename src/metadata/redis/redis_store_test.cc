@@ -5,13 +5,12 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <functional>
-#include <thread>
 
 #include "common/mutex.h"
 #include "metadata/redis/redis_client.h"
@@ -23,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 using testing::RedisServer;
+using testing::WaitFor;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{1000};
@@ -53,18 +53,36 @@ std::unique_ptr<MetadataStore> Connect(const RedisConfig& config,
   return store.ok() ? std::move(store).value() : nullptr;
 }
 
-// Polls `done` every 20 ms until it holds or `timeout` passes.
-bool Eventually(const std::function<bool()>& done, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
-
 bool IsNotFound(MetadataStore& store, std::string_view key) {
   return store.Get(key).status().code() == StatusCode::kNotFound;
+}
+
+// Sets `key` with a TTL of `ttl` that nobody refreshes and waits until redis expired it. By then
+// every key given no longer a TTL before it has expired too, unless it was refreshed: the test
+// waits for that expiry (redis's own event), not for the time.
+void WaitForExpiryOfAFreshKey(const RedisServer& server, std::string_view key, milliseconds ttl) {
+  auto admin =
+      redis::RedisConnection::Open(RedisConfig{.server = {"127.0.0.1", server.port()}}, kTimeout);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  const std::string px = std::to_string(ttl.count());
+  ASSERT_TRUE((*admin)->Run({"SET", key, "reference", "PX", px}).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Result<redis::Reply> exists = (*admin)->Run({"EXISTS", key});
+        return exists.ok() && (*exists)->type == REDIS_REPLY_INTEGER && (*exists)->integer == 0;
+      },
+      ttl + 2s))
+      << key << " did not expire";
+}
+
+// The key's remaining TTL in ms: -1 for none, -2 for no such key, -3 when redis cannot be asked.
+long long PttlOf(const RedisServer& server, std::string_view key) {
+  auto admin =
+      redis::RedisConnection::Open(RedisConfig{.server = {"127.0.0.1", server.port()}}, kTimeout);
+  if (!admin.ok()) return -3;
+  Result<redis::Reply> pttl = (*admin)->Run({"PTTL", key});
+  if (!pttl.ok() || (*pttl)->type != REDIS_REPLY_INTEGER) return -3;
+  return (*pttl)->integer;
 }
 
 // Collects watch events; thread-safe.
@@ -226,7 +244,7 @@ TEST(RedisStoreTest, NotFoundVersusUnavailable) {
 
   // The next call after the server is back reconnects.
   ASSERT_TRUE(server->Relaunch().ok());
-  ASSERT_TRUE(Eventually([&] { return store->Put("k", "v").ok(); }, 5s)) << store->Put("k", "v");
+  ASSERT_TRUE(WaitFor([&] { return store->Put("k", "v").ok(); }, 5s)) << store->Put("k", "v");
   EXPECT_EQ(store->Get("k").value_or(""), "v");
 }
 
@@ -243,7 +261,7 @@ TEST(RedisStoreTest, WriteToRestartedServerDoesNotRaiseSigpipe) {
   const std::string big(8 << 20, 'x');
   const Status s = store->Put("big", big);
   EXPECT_TRUE(s.ok() || s.code() == StatusCode::kUnavailable) << s;
-  EXPECT_TRUE(Eventually([&] { return store->Put("k", "v2").ok(); }, 5s));
+  EXPECT_TRUE(WaitFor([&] { return store->Put("k", "v2").ok(); }, 5s));
 }
 
 TEST(RedisStoreTest, SilentServerIsUnavailableWithinTimeout) {
@@ -273,12 +291,13 @@ TEST(RedisStoreTest, LeasedKeyKeptAliveThenVanishesAfterAbandon) {
   ASSERT_NE(owner, nullptr);
   ASSERT_NE(reader, nullptr);
   ASSERT_TRUE(owner->Put("lease/k", "v", {.leased = true}).ok());
-  std::this_thread::sleep_for(2 * kTtl);  // refreshed, not expired
-  EXPECT_EQ(reader->Get("lease/k").value_or(""), "v");
+  // Set after lease/k with the same TTL: lease/k outlives it only if the owner refreshes it.
+  ASSERT_NO_FATAL_FAILURE(WaitForExpiryOfAFreshKey(*server, "reference", kTtl));
+  EXPECT_EQ(reader->Get("lease/k").value_or(""), "v") << "refreshed, not expired";
 
   owner->Abandon();
   const auto abandoned = Clock::now();
-  EXPECT_TRUE(Eventually([&] { return IsNotFound(*reader, "lease/k"); }, kTtl + 1000ms));
+  EXPECT_TRUE(WaitFor([&] { return IsNotFound(*reader, "lease/k"); }, kTtl + 1000ms));
   EXPECT_LT(Clock::now() - abandoned, kTtl + 1000ms);
   owner.reset();  // Abandon()ed: the destructor deletes nothing and does not hang
 }
@@ -292,8 +311,9 @@ TEST(RedisStoreTest, LeasedKeySurvivesRedisRestart) {
   ASSERT_NE(reader, nullptr);
   ASSERT_TRUE(owner->Put("lease/k", "v", {.leased = true}).ok());
   ASSERT_TRUE(server->Restart().ok());
-  std::this_thread::sleep_for(2 * kTtl);
-  ASSERT_TRUE(Eventually([&] { return reader->Get("lease/k").ok(); }, 2s));
+  // Past the TTL the key had before the restart: only the owner can have kept it (or put it back).
+  ASSERT_NO_FATAL_FAILURE(WaitForExpiryOfAFreshKey(*server, "reference", kTtl));
+  ASSERT_TRUE(WaitFor([&] { return reader->Get("lease/k").ok(); }, 2s));
   EXPECT_EQ(reader->Get("lease/k").value_or(""), "v");
 }
 
@@ -308,7 +328,7 @@ TEST(RedisStoreTest, KeeperRewritesKeyDeletedBehindItsBack) {
   ASSERT_TRUE(owner->Put("lease/k", "v", {.leased = true}).ok());
   ASSERT_TRUE(other->Delete("lease/k").ok());
   EXPECT_TRUE(IsNotFound(*other, "lease/k"));
-  EXPECT_TRUE(Eventually([&] { return other->Get("lease/k").ok(); }, kTtl / 3 + 1000ms));
+  EXPECT_TRUE(WaitFor([&] { return other->Get("lease/k").ok(); }, kTtl / 3 + 1000ms));
   EXPECT_EQ(other->Get("lease/k").value_or(""), "v");
 }
 
@@ -325,8 +345,10 @@ TEST(RedisStoreTest, DestructorDeletesOnlyLeasedKeys) {
   // Re-Put without a lease: no longer leased, neither expires nor is deleted.
   ASSERT_TRUE(owner->Put("lease/3", "d", {.leased = true}).ok());
   ASSERT_TRUE(owner->Put("lease/3", "e").ok());
-  std::this_thread::sleep_for(kTtl + 500ms);
+  // Past lease/3's old TTL, and past a refresh round (a third of the TTL) that could set it again.
+  ASSERT_NO_FATAL_FAILURE(WaitForExpiryOfAFreshKey(*server, "reference", kTtl));
   EXPECT_EQ(reader->Get("lease/3").value_or(""), "e");
+  EXPECT_EQ(PttlOf(*server, "lease/3"), -1) << "no TTL on a key that is no longer leased";
 
   owner.reset();
   EXPECT_TRUE(IsNotFound(*reader, "lease/1"));
@@ -380,7 +402,7 @@ TEST(RedisStoreTest, WatchResyncsAfterRestart) {
   // The restart also resets notify-keyspace-events; the watch must turn it on again.
   ASSERT_TRUE(server->Restart().ok());
   EXPECT_TRUE(events.WaitFor(WatchEvent::Type::kPut, "r/old", "1", 8000ms));
-  ASSERT_TRUE(Eventually([&] { return writer->Put("r/new", "2").ok(); }, 5s));
+  ASSERT_TRUE(WaitFor([&] { return writer->Put("r/new", "2").ok(); }, 5s));
   EXPECT_TRUE(events.WaitFor(WatchEvent::Type::kPut, "r/new", "2"));
 }
 
@@ -453,19 +475,31 @@ TEST(RedisStoreTest, DestroyingWatchStopsPromptly) {
   handle->reset();
   EXPECT_LT(Clock::now() - start, 1s);
   const size_t seen = events.size();
+  // A watch that is still there sees s/2: once it did, the gone one would have too.
+  Events later;
+  auto still_there = watcher->watcher()->Watch("s/", later.Callback());
+  ASSERT_TRUE(still_there.ok()) << still_there.status();
   ASSERT_TRUE(writer->Put("s/2", "v").ok());
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(later.WaitFor(WatchEvent::Type::kPut, "s/2", "v"));
   EXPECT_EQ(events.size(), seen) << "no callback after the handle is gone";
+  still_there->reset();
 
   // While reconnecting to a dead server, and after the store itself is gone.
   auto second = watcher->watcher()->Watch("s/", events.Callback());
   ASSERT_TRUE(second.ok()) << second.status();
   watcher.reset();
+  const uint16_t port = server->port();
   server->Kill();
-  std::this_thread::sleep_for(500ms);
-  start = Clock::now();
-  second->reset();
-  EXPECT_LT(Clock::now() - start, 1s);
+  {
+    // What listens on the dead server's port now closes every connection at once, as a dead
+    // server would refuse it: an attempt arriving there shows the watch is reconnecting.
+    auto dead = testing::SilentListener::Start(port);
+    ASSERT_TRUE(dead.ok()) << dead.status();
+    ASSERT_TRUE((*dead)->CloseConnections(1, 5s)) << "the watch never tried to reconnect";
+    start = Clock::now();
+    second->reset();
+    EXPECT_LT(Clock::now() - start, 1s);
+  }
   EXPECT_EQ(watcher, nullptr);
   auto refused = CreateRedisStore(Config(*server), Options());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
