@@ -17,7 +17,7 @@ RdmaTransportOptions RdmaOptions(const EngineOptions& options) {
   RdmaTransportOptions o;
   o.provider = options.rdma_provider;
   o.devices = options.rdma_devices;
-  o.op_timeout = options.request_timeout;
+  o.op_timeout = options.request_timeout;  // each op is further bounded by its slice's deadline
   return o;
 }
 #endif
@@ -34,6 +34,7 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
     ShmTransportOptions o;
     o.socket_dir = options.shm_dir;
     o.io_timeout = options.request_timeout;
+    o.idle_timeout = options.idle_link_timeout;
     return CreateShmTransport(o);
   }
   if (name == "cxl") {
@@ -45,6 +46,7 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
     o.window_size = options.cxl_window_size;
     o.socket_dir = options.shm_dir;
     o.io_timeout = options.request_timeout;
+    o.idle_timeout = options.idle_link_timeout;
     return CreateCxlTransport(o);
   }
 #if FERRY_WITH_RDMA
