@@ -89,16 +89,9 @@ class LocalityTest : public ::testing::Test {
     EXPECT_TRUE(batch.ok());
     Status s = engine_.submitTransfer(*batch, {request});
     EXPECT_TRUE(s.ok()) << s;
-    TransferStatus status;
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    do {
-      status = *engine_.getTransferStatus(*batch, 0);
-      if (status.done()) break;
-      std::this_thread::sleep_for(1ms);
-    } while (std::chrono::steady_clock::now() < deadline);
-    for (int i = 0; i < 2000 && !engine_.freeBatchID(*batch).ok(); ++i) {
-      std::this_thread::sleep_for(5ms);
-    }
+    EXPECT_TRUE(engine_.waitBatch(*batch, 30s).ok());
+    TransferStatus status = *engine_.getTransferStatus(*batch, 0);
+    EXPECT_TRUE(engine_.freeBatchID(*batch).ok());  // every task ended: frees at once
     return status;
   }
 

@@ -168,6 +168,18 @@ TEST(HttpStoreTest, CustomServerPath) {
   EXPECT_EQ(*got, "v");
 }
 
+// Waits until at least one lease TTL (`ttl`) has passed, as the server sees it: a key leased by
+// a client that never refreshes it (abandoned at once) must expire. An event, not a sleep.
+bool WaitForOneTtl(uint16_t port, std::chrono::milliseconds ttl, const std::string& key) {
+  auto reference = MustCreate(port, Options(ttl));
+  auto observer = MustCreate(port);
+  if (reference == nullptr || observer == nullptr) return false;
+  if (!reference->Put(key, "ref", {.leased = true}).ok()) return false;
+  reference->Abandon();
+  return Eventually([&] { return CodeOfGet(*observer, key) == StatusCode::kNotFound; },
+                    ttl * 4 + 2000ms);
+}
+
 TEST(HttpStoreTest, LeasedKeyLivesWhileRefreshedAndVanishesAfterAbandon) {
   auto server = MustStartServer();
   ASSERT_NE(server, nullptr);
@@ -176,7 +188,9 @@ TEST(HttpStoreTest, LeasedKeyLivesWhileRefreshedAndVanishesAfterAbandon) {
   ASSERT_NE(owner, nullptr);
   ASSERT_NE(observer, nullptr);
   ASSERT_TRUE(owner->Put("lease/a", "v", {.leased = true}).ok());
-  std::this_thread::sleep_for(2500ms);  // 2.5 TTLs: only the refreshes keep it
+  // Two TTLs pass (keys put after ours expire unrefreshed): only the refreshes keep ours.
+  ASSERT_TRUE(WaitForOneTtl(server->port(), 1000ms, "lease/ref1"));
+  ASSERT_TRUE(WaitForOneTtl(server->port(), 1000ms, "lease/ref2"));
   EXPECT_EQ(CodeOfGet(*observer, "lease/a"), StatusCode::kOk);
 
   owner->Abandon();
@@ -234,7 +248,8 @@ TEST(HttpStoreTest, DeleteAndPlainPutEndTheLease) {
   ASSERT_TRUE(owner->Delete("e/deleted").ok());
   ASSERT_TRUE(owner->Put("e/made-plain", "v2").ok());
   ASSERT_TRUE(owner->Put("e/rewritten", "new", {.leased = true}).ok());
-  std::this_thread::sleep_for(1500ms);                                  // several refresh rounds
+  // A TTL passes (a key put after these expires unrefreshed): several refresh rounds ran.
+  ASSERT_TRUE(WaitForOneTtl(server->port(), 1000ms, "e/ref"));
   EXPECT_EQ(CodeOfGet(*observer, "e/deleted"), StatusCode::kNotFound);  // not revived
   Result<std::string> got = observer->Get("e/rewritten");
   ASSERT_TRUE(got.ok()) << got.status();

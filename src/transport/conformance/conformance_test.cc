@@ -367,6 +367,13 @@ TEST_P(ConformanceTest, NoByteLandsAfterUnregisterDuringTraffic) {
   std::atomic<int> hung{0};
   std::atomic<int> ok_after_unregister{0};
   std::atomic<bool> unregistered{false};
+  std::atomic<int> batches_before{0};
+  std::atomic<int> batches_after{0};
+  auto WaitUntil = [](const auto& done, std::chrono::milliseconds bound) {
+    const auto until = std::chrono::steady_clock::now() + bound;
+    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    return done();
+  };
   std::thread writer([&] {
     while (!stop.load()) {
       SliceBatch batch(initiator_->ctx.get());
@@ -379,15 +386,18 @@ TEST_P(ConformanceTest, NoByteLandsAfterUnregisterDuringTraffic) {
         return;
       }
       if (after && AllOk(batch)) ok_after_unregister.fetch_add(1);
+      (after ? batches_after : batches_before).fetch_add(1);
     }
   });
-  std::this_thread::sleep_for(50ms);
+  // Traffic is flowing before the region closes...
+  EXPECT_TRUE(WaitUntil([&] { return batches_before.load() >= 2 || hung.load() > 0; }, 30s));
   ASSERT_TRUE(target_->ctx->CloseRegion(remote->data));
   ASSERT_TRUE(target_->ctx->WaitNoPins(10s)) << "pins did not drain";
   ASSERT_TRUE(target_->transport->UnregisterMemory(Addr(remote->data), remote->length).ok());
   unregistered.store(true);
   std::memset(remote->data, 0x5C, remote->length);  // nothing may change this any more
-  std::this_thread::sleep_for(150ms);
+  // ...and goes on after it: batches submitted after unregister ran to their end.
+  EXPECT_TRUE(WaitUntil([&] { return batches_after.load() >= 3 || hung.load() > 0; }, 30s));
   stop.store(true);
   writer.join();
   EXPECT_EQ(0, hung.load()) << "a batch did not complete within the bound";
