@@ -1,7 +1,6 @@
 // The engine core's promises with engines in this process: publication ends with the
 // registry's latest state, notifications are capped, links and their resources go when
 // segments close, and rpc_meta is written once against a server without TTLs.
-#include <httplib.h>
 #include <sys/resource.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
@@ -16,10 +15,12 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "common/wait_for.h"
 #include "core/segment_desc_codec.h"
 #include "ferry/transfer_engine.h"
 #include "metadata/segment_directory.h"
 #include "metadata/store_factory.h"
+#include "test_servers.h"
 
 namespace ferry {
 namespace {
@@ -66,16 +67,6 @@ std::ostream& operator<<(std::ostream& os, const Resources& r) {
   return os << r.fds << " fds, " << r.threads << " threads, " << r.maps << " file mappings";
 }
 
-// Polls `done` until true or `bound` passes (a wait on the event, bounded).
-template <typename Fn>
-bool WaitFor(Fn done, std::chrono::milliseconds bound) {
-  const auto until = std::chrono::steady_clock::now() + bound;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 TEST(EngineCoreTest, ConcurrentRegistrationsPublishTheRegistrysLatestState) {
   for (int rep = 0; rep < 20; ++rep) {
@@ -234,68 +225,8 @@ TEST_P(LinkLifetimeTest, OpenTransferCloseAThousandTimesReturnsToTheBaseline) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, LinkLifetimeTest, ::testing::Values("tcp", "shm"));
 
-// Mooncake's HTTP metadata server: GET/PUT/DELETE ?key=, no TTLs, and a second PUT of an
-// rpc_meta key is refused with 400 ("Duplicate rpc_meta key not allowed"). Counts the PUTs.
-class MooncakeHttpServer {
- public:
-  MooncakeHttpServer() {
-    server_.Get("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
-      MutexLock lock(mu_);
-      auto it = values_.find(req.get_param_value("key"));
-      if (it == values_.end()) {
-        res.status = 404;
-        return;
-      }
-      res.set_content(it->second, "application/json");
-    });
-    server_.Put("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
-      MutexLock lock(mu_);
-      const std::string key = req.get_param_value("key");
-      ++puts_[key];
-      if (req.has_param("ttl")) ++puts_with_ttl_;
-      if (key.find("/rpc_meta/") != std::string::npos && values_.count(key) > 0) {
-        res.status = 400;
-        res.set_content("Duplicate rpc_meta key not allowed", "text/plain");
-        return;
-      }
-      values_[key] = req.body;
-      res.set_content("metadata updated", "text/plain");
-    });
-    server_.Delete("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
-      MutexLock lock(mu_);
-      if (values_.erase(req.get_param_value("key")) == 0) res.status = 404;
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~MooncakeHttpServer() {
-    // stop() only reaches a server that is listening; bind_to_any_port already queues clients.
-    WaitFor([this] { return server_.is_running(); }, 10s);
-    server_.stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  int puts(const std::string& key) {
-    MutexLock lock(mu_);
-    return puts_[key];
-  }
-  int puts_with_ttl() {
-    MutexLock lock(mu_);
-    return puts_with_ttl_;
-  }
-
- private:
-  httplib::Server server_;
-  int port_ = -1;
-  std::thread thread_;
-  Mutex mu_;
-  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
-  std::map<std::string, int> puts_ GUARDED_BY(mu_);
-  int puts_with_ttl_ GUARDED_BY(mu_) = 0;
-};
-
 TEST(EngineCoreTest, AServerWithoutTtlsGetsRpcMetaOnceAndOnlyChangedDescriptors) {
-  MooncakeHttpServer server;
+  testing::MooncakeStyleServer server;
   ASSERT_GT(server.port(), 0);
   EngineOptions options;
   options.metadata_conn = "http://127.0.0.1:" + std::to_string(server.port()) + "/metadata";

@@ -1,4 +1,5 @@
 #include "metadata/lease_keeper.h"
+#include "common/wait_for.h"
 
 #include <gtest/gtest.h>
 
@@ -11,17 +12,6 @@ namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
-
-// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
-// link tests/support, whose testing::WaitFor is the same.)
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
-  }
-  return done();
-}
 
 TEST(LeaseKeeperTest, RefreshesOwnedKeysPeriodicallyUntilStopped) {
   std::atomic<int> rounds{0};

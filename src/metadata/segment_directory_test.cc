@@ -16,22 +16,12 @@
 #include "metadata/memory/memory_store.h"
 #include "metadata/p2p/in_process_p2p.h"
 #include "metadata/p2p/p2p_store.h"
+#include "common/wait_for.h"
 
 namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
-
-// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
-// link tests/support, whose testing::WaitFor is the same.)
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
-  }
-  return done();
-}
 
 // True when thread `tid` of this process is asleep (state S in /proc). The threads a test asks
 // this about have nothing to sleep on but the directory's wait for another thread's fetch.

@@ -14,6 +14,7 @@
 #include "rpc/messages.h"
 #include "rpc/rpc_server.h"
 #include "rpc/rpc_test_util.h"
+#include "common/wait_for.h"
 
 namespace ferry {
 namespace {
@@ -26,17 +27,6 @@ using rpc::testing::StartEchoServer;
 using Clock = std::chrono::steady_clock;
 
 HostPort Local(uint16_t port) { return HostPort{"127.0.0.1", port}; }
-
-// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
-// link tests/support, whose testing::WaitFor is the same.)
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
-  }
-  return done();
-}
 
 TEST(RpcClientTest, ErrorStatusRoundTripsWithItsCode) {
   auto server = RpcServer::Create({}).value();

@@ -14,6 +14,7 @@
 #include "rpc/byte_codec.h"
 #include "rpc/rpc_client.h"
 #include "rpc/rpc_test_util.h"
+#include "common/wait_for.h"
 
 namespace ferry {
 namespace {
@@ -31,17 +32,6 @@ using rpc::testing::StartEchoServer;
 using Clock = std::chrono::steady_clock;
 
 HostPort Local(uint16_t port) { return HostPort{"127.0.0.1", port}; }
-
-// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
-// link tests/support, whose testing::WaitFor is the same.)
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
-  }
-  return done();
-}
 
 // Echo on one persistent client; fails the test when the call fails.
 void ExpectEcho(RpcClient& client, uint16_t port, const std::string& payload) {

@@ -29,6 +29,7 @@ using testing::ChildProcess;
 using testing::Fnv;
 using testing::Peer;
 using testing::TempDir;
+using testing::WaitFor;
 
 constexpr size_t kPeerBytes = 8 << 20;
 constexpr uint64_t kFrozenRegion = 4 << 20;  // B's second half: only TIMEOUT writes aim there
@@ -41,15 +42,6 @@ char ProcessState(pid_t pid) {
   return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
 }
 
-template <typename Fn>
-bool WaitFor(Fn done, std::chrono::milliseconds bound) {
-  const auto until = Clock::now() + bound;
-  while (!done()) {
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
 
 std::chrono::microseconds P99(std::vector<std::chrono::microseconds> v) {
   if (v.empty()) return {};

@@ -1,4 +1,10 @@
 #include "test_servers.h"
+#include "common/mutex.h"
+#include "common/wait_for.h"
+
+#include <httplib.h>
+
+#include <map>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -60,12 +66,7 @@ Result<uint16_t> PickFreePort() {
 
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout,
              std::chrono::milliseconds poll) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(poll);  // between checks of a bounded wait, never instead of one
-  }
-  return done();
+  return ferry::WaitFor(done, timeout, poll);
 }
 
 namespace {
@@ -440,6 +441,78 @@ std::vector<std::string> MetadataServer::Command() const {
                                   data_path()};
   cmd.insert(cmd.end(), extra_args_.begin(), extra_args_.end());
   return cmd;
+}
+
+// ---- MooncakeStyleServer ---------------------------------------------------------------------
+
+struct MooncakeStyleServer::State {
+  httplib::Server server;
+  int port = -1;
+  std::thread thread;
+  mutable Mutex mu;
+  std::map<std::string, std::string> values GUARDED_BY(mu);
+  std::map<std::string, int> puts GUARDED_BY(mu);
+  int puts_with_ttl GUARDED_BY(mu) = 0;
+};
+
+MooncakeStyleServer::MooncakeStyleServer() : state_(std::make_unique<State>()) {
+  State* st = state_.get();
+  st->server.Get("/metadata", [st](const httplib::Request& req, httplib::Response& res) {
+    MutexLock lock(st->mu);
+    auto it = st->values.find(req.get_param_value("key"));
+    if (it == st->values.end()) {
+      res.status = 404;
+      res.set_content(R"({"error":"metadata not found"})", "application/json");
+      return;
+    }
+    res.set_content(it->second, "application/json");
+  });
+  st->server.Put("/metadata", [st](const httplib::Request& req, httplib::Response& res) {
+    MutexLock lock(st->mu);
+    const std::string key = req.get_param_value("key");
+    ++st->puts[key];
+    if (req.has_param("ttl")) ++st->puts_with_ttl;
+    if (key.find("/rpc_meta/") != std::string::npos && st->values.count(key) > 0) {
+      res.status = 400;
+      res.set_content("Duplicate rpc_meta key not allowed", "text/plain");
+      return;
+    }
+    st->values[key] = req.body;
+    res.set_content("metadata updated", "text/plain");
+  });
+  st->server.Delete("/metadata", [st](const httplib::Request& req, httplib::Response& res) {
+    MutexLock lock(st->mu);
+    if (st->values.erase(req.get_param_value("key")) == 0) {
+      res.status = 404;
+      return;
+    }
+    res.set_content("metadata deleted", "text/plain");
+  });
+  st->port = st->server.bind_to_any_port("127.0.0.1");
+  if (st->port > 0) st->thread = std::thread([st] { st->server.listen_after_bind(); });
+}
+
+MooncakeStyleServer::~MooncakeStyleServer() {
+  if (!state_->thread.joinable()) return;
+  // stop() only reaches a server that is listening; bind_to_any_port already queues clients.
+  WaitFor([this] { return state_->server.is_running(); }, std::chrono::seconds(10));
+  state_->server.stop();
+  state_->thread.join();
+}
+
+uint16_t MooncakeStyleServer::port() const {
+  return state_->port > 0 ? static_cast<uint16_t>(state_->port) : 0;
+}
+
+int MooncakeStyleServer::puts(const std::string& key) const {
+  MutexLock lock(state_->mu);
+  auto it = state_->puts.find(key);
+  return it == state_->puts.end() ? 0 : it->second;
+}
+
+int MooncakeStyleServer::puts_with_ttl() const {
+  MutexLock lock(state_->mu);
+  return state_->puts_with_ttl;
 }
 
 }  // namespace ferry::testing

@@ -49,6 +49,25 @@ Result<uint16_t> PickFreePort();
 // True once something accepts TCP connections on 127.0.0.1:port, polling until `timeout`.
 bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout);
 
+// An HTTP metadata server with Mooncake's behaviour, in this process: GET/PUT/DELETE
+// /metadata?key= only (404 for absent keys, also on DELETE), no prefix listing, no TTLs, and a
+// second PUT of an "/rpc_meta/" key refused with 400 ("Duplicate rpc_meta key not allowed"), as
+// Mooncake's Python server does. It counts the PUTs it receives. Thread contract: thread-safe.
+class MooncakeStyleServer {
+ public:
+  MooncakeStyleServer();
+  ~MooncakeStyleServer();
+  MooncakeStyleServer(const MooncakeStyleServer&) = delete;
+  MooncakeStyleServer& operator=(const MooncakeStyleServer&) = delete;
+  uint16_t port() const;  // 0 when it could not bind
+  int puts(const std::string& key) const;  // PUTs of `key` received (refused ones included)
+  int puts_with_ttl() const;               // PUTs that carried ttl=
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // A socket listening on 127.0.0.1 that never answers. Clients connect (the kernel's backlog)
 // and wait; the test takes their connections only when it asks, to see that they came:
 // a server that accepts but is silent, or, started on a killed server's port, one that is dead.

@@ -261,54 +261,8 @@ TEST(HttpStoreTest, DeleteAndPlainPutEndTheLease) {
   EXPECT_EQ(CodeOfGet(*observer, "e/rewritten"), StatusCode::kNotFound);
 }
 
-// A server with Mooncake's behaviour: GET/PUT/DELETE ?key= only (404 for absent keys, also on
-// DELETE), no prefix listing, no TTL.
-class MooncakeStyleServer {
- public:
-  MooncakeStyleServer() {
-    server_.Get("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
-      MutexLock lock(mu_);
-      auto it = values_.find(req.get_param_value("key"));
-      if (it == values_.end()) {
-        res.status = 404;
-        res.set_content(R"({"error":"metadata not found"})", "application/json");
-        return;
-      }
-      res.set_content(it->second, "application/json");
-    });
-    server_.Put("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
-      MutexLock lock(mu_);
-      values_[req.get_param_value("key")] = req.body;
-      res.set_content("metadata updated", "text/plain");
-    });
-    server_.Delete("/metadata", [this](const httplib::Request& req, httplib::Response& res) {
-      MutexLock lock(mu_);
-      if (values_.erase(req.get_param_value("key")) == 0) {
-        res.status = 404;
-        return;
-      }
-      res.set_content("metadata deleted", "text/plain");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~MooncakeStyleServer() {
-    while (!server_.is_running() && port_ > 0) std::this_thread::sleep_for(5ms);
-    server_.stop();
-    thread_.join();
-  }
-  uint16_t port() const { return static_cast<uint16_t>(port_); }
-
- private:
-  httplib::Server server_;
-  int port_ = -1;
-  std::thread thread_;
-  Mutex mu_;
-  std::map<std::string, std::string> values_ GUARDED_BY(mu_);
-};
-
 TEST(HttpStoreTest, WorksWithAMooncakeStyleServer) {
-  MooncakeStyleServer mooncake;
+  testing::MooncakeStyleServer mooncake;
   ASSERT_GT(mooncake.port(), 0);
   auto store = MustCreate(mooncake.port());
   ASSERT_NE(store, nullptr);

@@ -9,22 +9,12 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "common/wait_for.h"
 
 namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
-
-// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
-// link tests/support, whose testing::WaitFor is the same.)
-bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(1ms);  // between checks of a bounded wait
-  }
-  return done();
-}
 
 TEST(MemoryStoreTest, ClientsOfOneNameShareKeysAndNotFoundIsDistinct) {
   auto a = CreateMemoryStore("mem-share", {});
