@@ -557,11 +557,17 @@ void TransferEngine::Impl::AfterTaskEnded(Batch* batch) {
   // timer thread).
   BatchPtr keep = batch->shared_from_this();
   const BatchId id = batch->id;
-  Status posted = workers_->Post(PeerKey(target), [this, keep, id, target, n = *notify] {
+  const std::string peer = PeerKey(target);
+  Status posted = workers_->Post(peer, [this, keep, id, target, peer, n = *notify] {
     Status s = SendNotify(target, n);
-    if (!s.ok()) FERRY_LOG(kWarn) << "notification after batch " << id << ": " << s;
+    // Logged (boundedly) as the peer's failure; the batch itself completed.
+    if (!s.ok()) {
+      health_->ReportFailure(peer, s.WithContext("notification after batch " + std::to_string(id)));
+    }
   });
-  if (!posted.ok()) FERRY_LOG(kWarn) << "notification after batch " << id << ": " << posted;
+  if (!posted.ok()) {
+    health_->ReportFailure(peer, posted.WithContext("notification after batch " + std::to_string(id)));
+  }
 }
 
 void TransferEngine::Impl::SweepIdleLinks() {

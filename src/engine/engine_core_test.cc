@@ -3,6 +3,9 @@
 // segments close, and rpc_meta is written once against a server without TTLs.
 #include <sys/resource.h>
 #include <dirent.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -157,6 +160,72 @@ TEST(EngineCoreTest, NotificationFloodGetsBusyAndTheReceiverStaysBounded) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].payload, "after taking");
   EXPECT_EQ(got[0].name, sender.localSegmentName());
+}
+
+// Captures what this process writes to stderr (the log facade's sink) while alive.
+class StderrCapture {
+ public:
+  StderrCapture() {
+    std::fflush(stderr);
+    saved_ = dup(2);
+    std::snprintf(path_, sizeof(path_), "/tmp/ferry-stderr-XXXXXX");
+    file_ = mkstemp(path_);
+    dup2(file_, 2);
+  }
+  // Restores stderr and returns the lines written meanwhile.
+  std::vector<std::string> Finish() {
+    std::fflush(stderr);
+    dup2(saved_, 2);
+    close(saved_);
+    close(file_);
+    std::ifstream in(path_);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    unlink(path_);
+    return lines;
+  }
+
+ private:
+  int saved_ = -1;
+  int file_ = -1;
+  char path_[64];
+};
+
+TEST(EngineCoreTest, ADeadPeerLogsABoundedNumberOfLines) {
+  // A peer that went away while thousands of tasks keep aiming at it: a few lines (it started
+  // failing; summaries), not one per task, and no re-fetch storm.
+  EngineOptions options;
+  options.transports = {"tcp"};
+  options.request_timeout = 500ms;
+  auto target = std::make_unique<TransferEngine>();
+  ASSERT_TRUE(target->init(options).ok());
+  std::vector<char> remote(1 << 16);
+  ASSERT_TRUE(target->registerLocalMemory(remote.data(), remote.size(), "cpu").ok());
+  TransferEngine initiator;
+  ASSERT_TRUE(initiator.init(options).ok());
+  std::vector<char> local(1 << 16);
+  ASSERT_TRUE(initiator.registerLocalMemory(local.data(), local.size(), "cpu").ok());
+  Result<SegmentId> seg = initiator.openSegment(target->localSegmentName());
+  ASSERT_TRUE(seg.ok());
+  target.reset();  // gone: its port refuses connections from now on
+
+  StderrCapture capture;
+  int failed = 0;
+  for (int round = 0; round < 250; ++round) {
+    std::vector<TransferRequest> requests;
+    for (int i = 0; i < 8; ++i) {
+      requests.push_back({OpCode::kWrite, local.data() + i * 4096, *seg,
+                          reinterpret_cast<uint64_t>(remote.data()) + i * 4096, 4096});
+    }
+    Result<BatchId> batch = initiator.allocateBatchID(requests.size());
+    if (!batch.ok() || !initiator.submitTransfer(*batch, requests).ok()) break;
+    Result<BatchStatus> s = initiator.waitBatch(*batch, 10s);
+    if (s.ok() && s->state == TransferState::kFailed) ++failed;
+    (void)initiator.freeBatchID(*batch);
+  }
+  const std::vector<std::string> lines = capture.Finish();
+  EXPECT_EQ(failed, 250);
+  EXPECT_LE(lines.size(), 10u) << "first line: " << (lines.empty() ? "" : lines[0]);
 }
 
 class LinkLifetimeTest : public ::testing::TestWithParam<const char*> {};

@@ -157,9 +157,12 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
       ++entry.generation;
     } else if (allow_cached && error.code() == StatusCode::kUnavailable && entry.desc != nullptr) {
       // The store is down; a descriptor we had is better than none. The data path reports
-      // STALE if it is wrong.
-      FERRY_LOG(kWarn) << "segment '" << name
-                       << "': store unavailable, using cached descriptor: " << error;
+      // STALE if it is wrong. Said once per outage and name, not once per fetch.
+      if (!entry.serving_cached) {
+        entry.serving_cached = true;
+        FERRY_LOG(kWarn) << "segment '" << name
+                         << "': store unavailable, using cached descriptor: " << error;
+      }
       return SegmentHandle{entry.id, entry.desc};
     }
     return error;
@@ -202,6 +205,7 @@ SegmentHandle SegmentDirectory::Install(std::string_view name,
     }
     entry.fetched_at = clock_->Now();
     entry.stale = false;
+    entry.serving_cached = false;
     ++entry.generation;
     fetched_.NotifyAll();
     handle = SegmentHandle{entry.id, entry.desc};

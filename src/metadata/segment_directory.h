@@ -107,6 +107,7 @@ class SegmentDirectory {
     uint64_t fetch_seq = 0;   // bumped when a fetch finishes
     Status last_error;        // result of the last finished fetch, shared with its waiters
     uint64_t generation = 0;  // bumped by each install and invalidation
+    bool serving_cached = false;  // a fetch failed and the cached descriptor was served (logged)
   };
 
   SegmentDirectory(MetadataStore* store, DirectoryOptions options);

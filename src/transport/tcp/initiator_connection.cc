@@ -593,7 +593,9 @@ void InitiatorConnection::Fail(const Status& why) {
     runtime_->counters.connections_failed.fetch_add(1, std::memory_order_relaxed);
   }
   if (why.code() == StatusCode::kUnavailable && (!window.empty() || !pending.empty())) {
-    FERRY_LOG(kWarn) << why.message();
+    // Debug only: the slices carry the reason to the engine, which logs a failing peer a
+    // bounded number of times (engine/peer_health.h).
+    FERRY_LOG(kDebug) << why.message();
   }
   // Past its deadline, a slice ends with Timeout whatever closed the connection (but Stop's
   // Canceled stays Canceled).
