@@ -55,6 +55,13 @@ size_t CountFileMappings(const char* path) {
   return n;
 }
 
+size_t ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  size_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
 struct Resources {
   size_t fds = 0, threads = 0, maps = 0;
   static Resources Now() {
@@ -139,9 +146,10 @@ TEST(EngineCoreTest, NotificationFloodGetsBusyAndTheReceiverStaysBounded) {
   Result<SegmentId> target = sender.openSegment(receiver.localSegmentName());
   ASSERT_TRUE(target.ok());
   const std::string payload(256 << 10, 'n');
+  const size_t rss_before = ResidentBytes();
   int accepted = 0;
   int busy = 0;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1000; ++i) {  // 250 MiB offered
     Status s = sender.sendNotify(*target, {"", payload});
     if (s.ok()) {
       ++accepted;
@@ -150,9 +158,13 @@ TEST(EngineCoreTest, NotificationFloodGetsBusyAndTheReceiverStaysBounded) {
       ++busy;
     }
   }
-  // 4 MiB of 256 KiB payloads (plus the sender's name): 15 fit, the rest are refused.
+  // 4 MiB of 256 KiB payloads (plus the sender's name): 15 fit, the rest are refused, and the
+  // receiver (this process) grew by about the cap, not by what was offered.
   EXPECT_EQ(accepted, 15);
-  EXPECT_EQ(busy, 200 - 15);
+  EXPECT_EQ(busy, 1000 - 15);
+  const size_t rss_after = ResidentBytes();
+  EXPECT_LT(rss_after, rss_before + (64 << 20))
+      << "resident memory grew from " << rss_before << " to " << rss_after << " bytes";
   std::vector<NotifyMessage> got = receiver.getNotifies();
   EXPECT_EQ(got.size(), 15u);
   EXPECT_TRUE(sender.sendNotify(*target, {"", "after taking"}).ok());  // room again

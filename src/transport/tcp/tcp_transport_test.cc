@@ -281,10 +281,12 @@ TEST_F(TcpTransportTest, DroppedLinksReleaseEveryDescriptor) {
     std::shared_ptr<PeerLink> link = ConnectTo(endpoint_);
     ASSERT_NE(link, nullptr);
     auto& batch = batches.emplace_back(std::make_unique<SliceBatch>(&initiator_ctx_));
+    // Disjoint target ranges: the slices of a link may run at once on its two connections.
     const uint64_t at = static_cast<uint64_t>(i) * 64 * 1024;
-    batch->Add(Make(OpCode::kWrite, source.data(), at, source.size()));
-    batch->Add(Make(OpCode::kRead, sink.data(), at, sink.size()));
-    batch->Add(Make(OpCode::kWrite, source.data(), at, 4096));
+    const uint64_t read_at = static_cast<uint64_t>(kLinks + i) * 64 * 1024;
+    batch->Add(Make(OpCode::kWrite, source.data(), at, 32 * 1024));
+    batch->Add(Make(OpCode::kRead, sink.data(), read_at, sink.size()));
+    batch->Add(Make(OpCode::kWrite, source.data(), at + 32 * 1024, 4096));
     ASSERT_TRUE(initiator_->Submit(*link, batch->ptrs).ok());
     // Every other link is dropped with its slices still on their way.
     if (i % 2 == 0) ASSERT_TRUE(initiator_ctx_.WaitAll(batch->ptrs, 10s));
