@@ -25,10 +25,11 @@ void DeadlineTimer::Stop() {
 uint64_t DeadlineTimer::Schedule(TimePoint when, std::function<void()> fn) {
   MutexLock lock(mu_);
   const uint64_t id = next_id_++;
-  const bool earliest = queue_.empty() || std::make_pair(when, id) < queue_.begin()->first;
   queue_.emplace(std::make_pair(when, id), std::move(fn));
   when_.emplace(id, when);
-  if (earliest) changed_.NotifyAll();
+  // Wake the thread only when it would sleep past this deadline: most deadlines lie beyond the
+  // thread's next wake-up, and a wake-up per batch costs a context switch.
+  if (when < wake_at_) changed_.NotifyAll();
   return id;
 }
 
@@ -73,7 +74,9 @@ void DeadlineTimer::Loop() {
         // deadline itself, and at most a second (every wait is bounded).
         auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
         if (!queue_.empty()) until = std::min(until, queue_.begin()->first.first);
+        wake_at_ = until;
         changed_.WaitUntil(mu_, until);
+        wake_at_ = TimePoint::min();  // awake: a new deadline needs no wake-up
       }
       if (stopping_) return;
     }

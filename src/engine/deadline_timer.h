@@ -55,6 +55,9 @@ class DeadlineTimer {
   std::unordered_map<uint64_t, TimePoint> when_ GUARDED_BY(mu_);  // id -> its key's time
   uint64_t next_id_ GUARDED_BY(mu_) = 1;
   bool stopping_ GUARDED_BY(mu_) = false;
+  // When the sleeping thread wakes next; min() while it is awake (it then looks at the queue
+  // before sleeping again), max() before Start.
+  TimePoint wake_at_ GUARDED_BY(mu_) = TimePoint::max();
   std::thread thread_;
 };
 

@@ -26,6 +26,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxWorkers = 64;
 // Bounds a wait with nothing due (Stop and new work notify sooner).
 constexpr auto kNothingDue = std::chrono::hours(1);
+// The copy engine's timer looks at the queue at least this often.
+constexpr auto kTimerMaxSleep = std::chrono::seconds(1);
 // How long an extra worker (started while every worker was busy) waits for more work.
 constexpr auto kExtraWorkerLinger = std::chrono::seconds(1);
 // Idle connections kept per peer; more are closed when returned.
@@ -518,7 +520,9 @@ class CopyEngineImpl final : public CopyEngine {
           due = std::min(due, next_sweep);
         }
         if (expired.empty() && sweep.empty()) {
-          timer_due_ = std::min(due, now + kNothingDue);
+          // At most a second: a job whose deadline lies beyond the timer's next wake-up then
+          // needs no wake-up of its own (one per batch would cost a context switch each).
+          timer_due_ = std::min(due, now + kTimerMaxSleep);
           (void)timer_cv_.WaitUntil(mu_, timer_due_);
           continue;
         }
