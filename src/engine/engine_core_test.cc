@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "common/sanitizers.h"
 #include "common/wait_for.h"
 #include "core/segment_desc_codec.h"
 #include "ferry/transfer_engine.h"
@@ -54,16 +55,6 @@ size_t CountFileMappings(const char* path) {
   }
   return n;
 }
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 size_t ResidentBytes() {
   std::ifstream in("/proc/self/statm");

@@ -61,11 +61,22 @@ bool IsNotFound(MetadataStore& store, std::string_view key) {
 // every key given no longer a TTL before it has expired too, unless it was refreshed: the test
 // waits for that expiry (redis's own event), not for the time.
 void WaitForExpiryOfAFreshKey(const RedisServer& server, std::string_view key, milliseconds ttl) {
-  auto admin =
-      redis::RedisConnection::Open(RedisConfig{.server = {"127.0.0.1", server.port()}}, kTimeout);
-  ASSERT_TRUE(admin.ok()) << admin.status();
+  // Just after a restart redis may refuse connections or answer LOADING for a moment: wait for
+  // the SET to be taken (the event), bounded.
+  Result<std::unique_ptr<redis::RedisConnection>> admin = UnavailableError("not yet connected");
   const std::string px = std::to_string(ttl.count());
-  ASSERT_TRUE((*admin)->Run({"SET", key, "reference", "PX", px}).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        if (!admin.ok()) {
+          admin = redis::RedisConnection::Open(
+              RedisConfig{.server = {"127.0.0.1", server.port()}}, kTimeout);
+        }
+        if (admin.ok() && (*admin)->Run({"SET", key, "reference", "PX", px}).ok()) return true;
+        admin = UnavailableError("reconnect");  // a fresh connection on the next try
+        return false;
+      },
+      10s))
+      << "redis did not take the reference key";
   ASSERT_TRUE(WaitFor(
       [&] {
         Result<redis::Reply> exists = (*admin)->Run({"EXISTS", key});

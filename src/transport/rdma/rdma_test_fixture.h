@@ -17,6 +17,7 @@
 #include "transport/conformance/test_context.h"
 #include "transport/rdma/rdma_transport.h"
 #include "transport/rdma/rdma_transport_impl.h"
+#include "common/sanitizers.h"
 
 namespace ferry::rdma {
 
@@ -31,17 +32,6 @@ inline constexpr size_t kKiB = size_t{1} << 10;
 inline constexpr size_t kMiB = size_t{1} << 20;
 inline constexpr size_t kRegionSize = 32 * kMiB;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
-#endif
-#else
-inline constexpr bool kSanitized = false;
-#endif
 // What a bound on a failure may exceed op_timeout by (sanitizers slow endpoint set-up).
 inline constexpr std::chrono::milliseconds kSlack{kSanitized ? 3000 : 1000};
 

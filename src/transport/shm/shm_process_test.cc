@@ -24,6 +24,7 @@
 #include "transport/conformance/test_context.h"
 #include "transport/shm/shm_test_pattern.h"
 #include "transport/shm/shm_transport.h"
+#include "common/sanitizers.h"
 
 namespace ferry {
 namespace {
@@ -35,16 +36,7 @@ using transport_testing::TestContext;
 constexpr milliseconds kWait{15000};
 constexpr size_t kKiB = size_t{1} << 10;
 constexpr size_t kMiB = size_t{1} << 20;
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define FERRY_SHM_TEST_SANITIZED 1
-#endif
-#endif
-#ifdef FERRY_SHM_TEST_SANITIZED
-constexpr bool kSanitized = true;  // the throughput test moves less: the numbers mean little
-#else
-constexpr bool kSanitized = false;
-#endif
+// Under sanitizers (kSanitized) the throughput test moves less: the numbers mean little.
 
 // Drops CAP_SYS_PTRACE from the calling thread's effective set while alive (threads started
 // meanwhile inherit the drop) and restores it after. Without it, root may attach to anything.

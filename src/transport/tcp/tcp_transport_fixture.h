@@ -15,6 +15,7 @@
 #include "transport/tcp/tcp_protocol.h"
 #include "transport/tcp/tcp_test_context.h"
 #include "transport/tcp/tcp_transport.h"
+#include "common/sanitizers.h"
 
 namespace ferry::tcp {
 
@@ -31,17 +32,6 @@ constexpr uint64_t kGeneration = 3;
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr size_t kRemoteSize = 32 * kMiB;
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
 
 inline void Fill(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(seed * 131 + i * 31 + (i >> 9));
