@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "registry/local_registry.h"
+#include "common/wait_for.h"
 
 namespace ferry {
 namespace {
@@ -104,14 +105,12 @@ TEST(LocalRegistryStressTest, PinsNeverOutliveTheirRegion) {
   for (unsigned t = 0; t < 4; ++t) threads.emplace_back(pinner, 100 + t);
   for (unsigned t = 0; t < 2; ++t) threads.emplace_back(churner, t);
   // Polled from this thread, which otherwise only waits: the racing threads never block on it.
-  const auto deadline = std::chrono::steady_clock::now() + kBound;
-  auto enough = [&] {
-    return pins_taken.load() >= kPinsTaken && pins_refused.load() >= kPinsRefused &&
-           reregistrations.load() >= kReregistrations;
-  };
-  while (!enough() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // between checks of the bound
-  }
+  WaitFor(
+      [&] {
+        return pins_taken.load() >= kPinsTaken && pins_refused.load() >= kPinsRefused &&
+               reregistrations.load() >= kReregistrations;
+      },
+      kBound, std::chrono::milliseconds(10));
   stop = true;
   for (auto& t : threads) t.join();
 

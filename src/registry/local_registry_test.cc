@@ -1,4 +1,5 @@
 #include "registry/local_registry.h"
+#include "common/wait_for.h"
 
 #include <gtest/gtest.h>
 
@@ -12,17 +13,6 @@ namespace ferry {
 namespace {
 
 using std::chrono::milliseconds;
-
-// True once `done()` holds, checked every millisecond for at most `limit`. (This binary does not
-// link tests/support, whose testing::WaitFor is the same.)
-bool WaitFor(const std::function<bool()>& done, milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(milliseconds(1));  // between checks of a bounded wait
-  }
-  return done();
-}
 
 RegionSpec Spec(uint64_t addr, uint64_t length, std::string transport = "tcp",
                 std::function<Status()> on_unregister = nullptr) {

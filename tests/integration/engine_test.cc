@@ -296,7 +296,7 @@ TEST_P(EngineTest, RequestsPlannedForADeadProcessNeverLandInItsSuccessor) {
             TransferState::kCompleted);
 
   // Freeze it, plan a batch against it, then replace it while those writes are on their way.
-  ASSERT_EQ(::kill(first.process->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing::FreezeProcess(first.process->pid(), 10s));
   std::memset(local_.data(), 0x5c, 4 << 20);
   std::vector<TransferRequest> planned;
   for (int i = 0; i < 64; ++i) {

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -34,13 +33,6 @@ using testing::WaitFor;
 constexpr size_t kPeerBytes = 8 << 20;
 constexpr uint64_t kFrozenRegion = 4 << 20;  // B's second half: only TIMEOUT writes aim there
 constexpr auto kTaskTimeout = 1500ms;
-
-char ProcessState(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = all.rfind(')');
-  return close == std::string::npos || close + 2 >= all.size() ? '?' : all[close + 2];
-}
 
 
 std::chrono::microseconds P99(std::vector<std::chrono::microseconds> v) {
@@ -172,8 +164,7 @@ TEST_P(IsolationTest, AFrozenThenKilledPeerDelaysNobodyElse) {
   EXPECT_EQ(Write(*to_b, b.addr, 0, 4, true, kB).summary.state, TransferState::kCompleted);
 
   // Freeze B. Writes aimed at its second half now can only time out.
-  ASSERT_EQ(::kill(b.process->pid(), SIGSTOP), 0);
-  ASSERT_TRUE(WaitFor([&] { return ProcessState(b.process->pid()) == 'T'; }, 10s));
+  ASSERT_TRUE(testing::FreezeProcess(b.process->pid(), 10s));
   phase = 1;
   std::memset(local_.data() + kB, 0xb7, 16 * (64 << 10));
   std::vector<std::chrono::milliseconds> late;

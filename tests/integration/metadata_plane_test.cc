@@ -2,6 +2,8 @@
 // ferry-metadata-server (http), each started on 127.0.0.1 by the test.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <atomic>
 #include <random>
@@ -54,15 +56,9 @@ SegmentDesc MakeDesc(const std::string& name, uint64_t incarnation, int buffers 
   return desc;
 }
 
-// Polls `done` every 10 ms until it holds or `limit` passes; returns whether it held.
-template <typename F>
-bool Eventually(std::chrono::milliseconds limit, F done) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return done();
+// tests/support's bounded poll, with the limit first as these tests read best.
+bool Eventually(std::chrono::milliseconds limit, const std::function<bool()>& done) {
+  return testing::WaitFor(done, limit, 10ms);
 }
 
 class MetadataPlaneTest : public ::testing::TestWithParam<Kind> {

@@ -1,13 +1,8 @@
 #include "test_servers.h"
-#include "common/mutex.h"
-#include "common/wait_for.h"
-
-#include <httplib.h>
-
-#include <map>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,8 +18,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <thread>
+
+#include "common/mutex.h"
+#include "common/wait_for.h"
 
 namespace ferry::testing {
 
@@ -94,6 +94,20 @@ int MillisUntil(std::chrono::steady_clock::time_point deadline) {
 }
 
 }  // namespace
+
+bool FreezeProcess(pid_t pid, std::chrono::milliseconds timeout) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  return WaitFor(
+      [&] {
+        std::ifstream in(stat_path);
+        const std::string stat((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+        const size_t close = stat.rfind(')');  // the name may hold spaces and parentheses
+        return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'T';
+      },
+      timeout, std::chrono::milliseconds(1));
+}
 
 bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout) {
   return WaitFor(

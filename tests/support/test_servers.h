@@ -49,6 +49,11 @@ Result<uint16_t> PickFreePort();
 // True once something accepts TCP connections on 127.0.0.1:port, polling until `timeout`.
 bool WaitForPort(uint16_t port, std::chrono::milliseconds timeout);
 
+// Sends SIGSTOP to `pid` and waits until the kernel shows it stopped (/proc/<pid>/stat state
+// 'T'): a signal is delivered asynchronously, and a test that freezes a peer must not act
+// before it is frozen. False when it did not stop within `timeout`.
+bool FreezeProcess(pid_t pid, std::chrono::milliseconds timeout);
+
 // An HTTP metadata server with Mooncake's behaviour, in this process: GET/PUT/DELETE
 // /metadata?key= only (404 for absent keys, also on DELETE), no prefix listing, no TTLs, and a
 // second PUT of an "/rpc_meta/" key refused with 400 ("Duplicate rpc_meta key not allowed"), as

@@ -16,6 +16,7 @@
 #include "common/tsan_suppressions.h"
 #include "core/segment_desc_codec.h"
 #include "test_servers.h"
+#include "common/wait_for.h"
 
 FERRY_TSAN_IGNORE_HTTPLIB()
 
@@ -51,16 +52,6 @@ std::unique_ptr<MetadataStore> MustCreate(uint16_t port, const StoreOptions& opt
     return nullptr;
   }
   return std::move(*store);
-}
-
-template <typename Pred>
-bool Eventually(Pred pred, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
 }
 
 StatusCode CodeOfGet(MetadataStore& store, std::string_view key) {
@@ -176,7 +167,7 @@ bool WaitForOneTtl(uint16_t port, std::chrono::milliseconds ttl, const std::stri
   if (reference == nullptr || observer == nullptr) return false;
   if (!reference->Put(key, "ref", {.leased = true}).ok()) return false;
   reference->Abandon();
-  return Eventually([&] { return CodeOfGet(*observer, key) == StatusCode::kNotFound; },
+  return WaitFor([&] { return CodeOfGet(*observer, key) == StatusCode::kNotFound; },
                     ttl * 4 + 2000ms);
 }
 
@@ -198,7 +189,7 @@ TEST(HttpStoreTest, LeasedKeyLivesWhileRefreshedAndVanishesAfterAbandon) {
   owner.reset();  // an abandoned client deletes nothing
   EXPECT_EQ(CodeOfGet(*observer, "lease/a"), StatusCode::kOk);
   EXPECT_TRUE(
-      Eventually([&] { return CodeOfGet(*observer, "lease/a") == StatusCode::kNotFound; }, 3s));
+      WaitFor([&] { return CodeOfGet(*observer, "lease/a") == StatusCode::kNotFound; }, 3s));
   EXPECT_LT(SteadyClock::now() - abandoned, 2500ms);  // TTL (1 s) plus slack
 }
 
@@ -215,7 +206,7 @@ TEST(HttpStoreTest, LeasedKeyIsRewrittenAfterTheServerLostIt) {
 
   ASSERT_TRUE(server->Restart().ok());
   EXPECT_EQ(CodeOfGet(*observer, "plain/b"), StatusCode::kNotFound);  // the server did forget
-  EXPECT_TRUE(Eventually([&] { return CodeOfGet(*observer, "lease/b") == StatusCode::kOk; }, 3s));
+  EXPECT_TRUE(WaitFor([&] { return CodeOfGet(*observer, "lease/b") == StatusCode::kOk; }, 3s));
   Result<std::string> got = observer->Get("lease/b");
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, "v");

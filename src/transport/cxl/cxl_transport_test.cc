@@ -68,6 +68,15 @@ class CxlTransportTest : public ::testing::Test {
     target_ctx_.AddRegion(remote_, 8 * kMiB, kGeneration, true, "cxl");
   }
 
+  // The target's published endpoint with its grant socket moved to `grant_path` (where a test
+  // puts a socket that never answers); empty when the endpoint does not decode.
+  std::string EndpointWithGrantAt(const std::string& grant_path) const {
+    Result<Endpoint> endpoint = DecodeEndpoint(published_);
+    if (!endpoint.ok()) return "";
+    endpoint->grant_path = grant_path;
+    return EncodeEndpoint(*endpoint);
+  }
+
   static uint8_t* Allocate(CxlTransport& t, size_t n) {
     Result<void*> p = t.AllocateShared(n, Location::Cpu());
     EXPECT_TRUE(p.ok()) << p.status();
@@ -378,12 +387,12 @@ TEST_F(CxlTransportTest, FullQueueIsAgainAndStopCancelsWhatIsQueued) {
   TestContext ctx(0x3333);
   CxlTransport initiator(o);
   ASSERT_TRUE(initiator.Start(&ctx, {"slow", ""}).ok());
-  Result<Endpoint> endpoint = DecodeEndpoint(published_);
-  ASSERT_TRUE(endpoint.ok());
-  endpoint->grant_path = file_.path() + ".silent";
-  SilentGrantSocket silent(endpoint->grant_path);
+  const std::string silent_path = file_.path() + ".silent";
+  SilentGrantSocket silent(silent_path);
   ASSERT_TRUE(silent.listening());
-  Result<std::shared_ptr<PeerLink>> link = initiator.Connect(TargetDesc(EncodeEndpoint(*endpoint)));
+  const std::string endpoint = EndpointWithGrantAt(silent_path);
+  ASSERT_FALSE(endpoint.empty());
+  Result<std::shared_ptr<PeerLink>> link = initiator.Connect(TargetDesc(endpoint));
   ASSERT_TRUE(link.ok()) << link.status();
   uint8_t* local = Allocate(initiator, 4096);
   ASSERT_NE(local, nullptr);
@@ -424,12 +433,12 @@ TEST_F(CxlTransportTest, ASilentTargetTimesSlicesOutAtTheirDeadline) {
   TestContext ctx(0x4444);
   CxlTransport initiator(o);
   ASSERT_TRUE(initiator.Start(&ctx, {"i", ""}).ok());
-  Result<Endpoint> endpoint = DecodeEndpoint(published_);
-  ASSERT_TRUE(endpoint.ok());
-  endpoint->grant_path = file_.path() + ".silent";
-  SilentGrantSocket silent(endpoint->grant_path);
+  const std::string silent_path = file_.path() + ".silent";
+  SilentGrantSocket silent(silent_path);
   ASSERT_TRUE(silent.listening());
-  Result<std::shared_ptr<PeerLink>> link = initiator.Connect(TargetDesc(EncodeEndpoint(*endpoint)));
+  const std::string endpoint = EndpointWithGrantAt(silent_path);
+  ASSERT_FALSE(endpoint.empty());
+  Result<std::shared_ptr<PeerLink>> link = initiator.Connect(TargetDesc(endpoint));
   ASSERT_TRUE(link.ok()) << link.status();
   uint8_t* local = Allocate(initiator, 4096);
   ASSERT_NE(local, nullptr);

@@ -25,6 +25,7 @@
 #include "common/mutex.h"
 #include "transport/rdma/rdma_test_fixture.h"
 #include "transport/rdma/rdma_wire.h"
+#include "common/wait_for.h"
 
 namespace ferry::rdma {
 namespace {
@@ -591,18 +592,6 @@ int EstablishedWith(uint16_t port) {
   return count;
 }
 
-// Polls `done` until it holds or `bound` passes (for state with no event to wait on: what the
-// provider's progress thread does after the last reference to a link goes).
-template <typename Pred>
-bool Within(std::chrono::milliseconds bound, Pred done) {
-  const auto until = Clock::now() + bound;
-  while (!done()) {
-    if (Clock::now() >= until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
-
 TEST_F(RdmaTransportTest, DroppingTheLastLinkReleasesThePeersAddresses) {
   StartTarget();
   StartInitiator();
@@ -635,8 +624,10 @@ TEST_F(RdmaTransportTest, DroppingTheLastLinkReleasesThePeersAddresses) {
   }
   EXPECT_EQ(initiator_->stats().peer_addresses, 0u) << "a dropped link kept its addresses";
   // The idle initiator endpoint is re-opened, which closes the peer's connection.
-  EXPECT_TRUE(Within(5s, [&] { return initiator_->stats().idle_releases >= 1; }));
-  EXPECT_TRUE(Within(5s, [&] { return EstablishedWith(target_port) == 0; }))
+  // Polled (no event to wait on): what the provider's progress thread does after the last
+  // reference to a link goes.
+  EXPECT_TRUE(WaitFor([&] { return initiator_->stats().idle_releases >= 1; }, 5s));
+  EXPECT_TRUE(WaitFor([&] { return EstablishedWith(target_port) == 0; }, 5s))
       << EstablishedWith(target_port) << " connections to the dropped peer stayed open";
   // A new link to the same peer inserts them again and works.
   std::shared_ptr<PeerLink> again = Connect();

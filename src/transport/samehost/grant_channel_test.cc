@@ -20,6 +20,7 @@
 
 #include "transport/conformance/test_context.h"
 #include "transport/samehost/grant_wire.h"
+#include "common/wait_for.h"
 
 namespace ferry::samehost {
 namespace {
@@ -31,17 +32,6 @@ constexpr uint64_t kIncarnation = 77;
 constexpr milliseconds kTimeout{2000};
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
-
-// Polls `pred` every millisecond until true or `timeout`.
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds timeout = kTimeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(1));
-  }
-  return true;
-}
 
 class GrantChannelTest : public ::testing::Test {
  protected:
@@ -194,7 +184,7 @@ TEST_F(GrantChannelTest, AcquirePinsEachRangeAndReleaseLetsThemGo) {
 
   ASSERT_TRUE(conn->Release().ok());
   EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
-  EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kTimeout));
   EXPECT_FALSE(conn->broken());
 
   // The connection serves the next batch after a release.
@@ -230,11 +220,11 @@ TEST_F(GrantChannelTest, AClosedConnectionReleasesItsPins) {
   ASSERT_TRUE(b->Acquire(std::vector<RangeRequest>{Range(128, 64)}, &results, kTimeout).ok());
   EXPECT_EQ(ctx_.active_pins(), 3);
   a.reset();  // no Release: the server drops a's pins when it sees the close
-  EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 1; }, kTimeout));
   EXPECT_EQ(ctx_.active_pins(), 1);
   b.reset();
   EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
-  EXPECT_TRUE(Eventually([&] { return server_->held_pins() == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kTimeout));
 }
 
 TEST_F(GrantChannelTest, ARangeWhoseDeadlinePassedIsRefusedAsTimeoutWithoutAPin) {
@@ -505,11 +495,11 @@ TEST_F(GrantChannelTest, StopRefusesNewGrantsAndWaitsForHeldPinsToBeReleased) {
   std::thread stopper([&server] { server.reset(); });
   // Once the server is draining, a new Acquire is refused as a whole; the connection stays.
   Status refused;
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(WaitFor([&] {
     refused = other->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kTimeout);
     if (refused.ok()) (void)other->Release();
     return refused.code() == StatusCode::kUnavailable;
-  }));
+  }, kTimeout));
   EXPECT_NE(refused.message().find("is stopping"), std::string::npos) << refused;
   EXPECT_FALSE(other->broken());
   EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(50))) << "the holder may be copying: its pin must stay";

@@ -331,7 +331,7 @@ TEST_F(ShmProcessTest, AFrozenTargetTimesOutAtTheDeadlineAndNothingLandsAfterItR
     ASSERT_TRUE(Run(warm));
     ASSERT_TRUE(AllOk(warm));
   }
-  ASSERT_EQ(::kill(child_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing::FreezeProcess(child_->pid(), kWait));
   SliceBatch frozen(&ctx_);
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(300);
   for (const PeerRegion* region : {&heap, &shared}) {

@@ -23,6 +23,7 @@
 #include "transport/shm/shm_cma.h"
 #include "transport/shm/shm_encoding.h"
 #include "transport/shm/shm_test_pattern.h"
+#include "common/wait_for.h"
 
 namespace ferry {
 namespace {
@@ -77,17 +78,6 @@ size_t FileMappings() {
     if (line.find(" /") != std::string::npos) ++n;
   }
   return n;
-}
-
-// Polls `pred` every millisecond until it holds or `timeout` passes.
-template <typename Pred>
-bool Eventually(Pred pred, milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(1));
-  }
-  return true;
 }
 
 class ShmTransportTest : public ::testing::Test {
@@ -505,7 +495,7 @@ TEST_F(ShmTransportTest, DroppedLinksReleaseTheirConnectionsAndMappings) {
     for (Slice* s : batch.ptrs) ASSERT_TRUE(initiator_ctx_.StatusOf(s).ok());
   };
   use_a_link();  // warms up what stays: the logger, lazily loaded libraries
-  ASSERT_TRUE(Eventually([&] { return initiator_->stats().mappings_alive == 0; }, kWait));
+  ASSERT_TRUE(WaitFor([&] { return initiator_->stats().mappings_alive == 0; }, kWait));
   ASSERT_TRUE(target_ctx_.WaitNoPins(kWait));
   const size_t fds = OpenFds();
   const size_t maps = FileMappings();
@@ -514,10 +504,10 @@ TEST_F(ShmTransportTest, DroppedLinksReleaseTheirConnectionsAndMappings) {
     if (HasFatalFailure()) return;
   }
   EXPECT_EQ(initiator_->stats().fd_fetches, 201u) << "one fetch per link: the cache is per link";
-  EXPECT_TRUE(Eventually([&] { return initiator_->stats().mappings_alive == 0; }, kWait));
-  EXPECT_TRUE(Eventually([&] { return OpenFds() <= fds; }, milliseconds(5000)))
+  EXPECT_TRUE(WaitFor([&] { return initiator_->stats().mappings_alive == 0; }, kWait));
+  EXPECT_TRUE(WaitFor([&] { return OpenFds() <= fds; }, milliseconds(5000)))
       << OpenFds() << " fds open, " << fds << " before";
-  EXPECT_TRUE(Eventually([&] { return FileMappings() <= maps; }, milliseconds(5000)))
+  EXPECT_TRUE(WaitFor([&] { return FileMappings() <= maps; }, milliseconds(5000)))
       << FileMappings() << " file mappings, " << maps << " before";
 }
 
@@ -533,8 +523,8 @@ TEST_F(ShmTransportTest, IdleGrantConnectionsAreClosed) {
   batch.Add(Make(OpCode::kWrite, local.data(), remote, local.size(), key));
   RunAll(batch);
   ASSERT_TRUE(initiator_ctx_.StatusOf(batch.ptrs[0]).ok());
-  EXPECT_TRUE(Eventually([&] { return initiator_->stats().idle_connections_closed == 1; }, kWait));
-  EXPECT_TRUE(Eventually([&] { return OpenFds() <= fds; }, kWait)) << "both ends closed";
+  EXPECT_TRUE(WaitFor([&] { return initiator_->stats().idle_connections_closed == 1; }, kWait));
+  EXPECT_TRUE(WaitFor([&] { return OpenFds() <= fds; }, kWait)) << "both ends closed";
   // The link still works: a new connection opens.
   SliceBatch again(&initiator_ctx_);
   again.Add(Make(OpCode::kWrite, local.data(), remote, local.size(), key));

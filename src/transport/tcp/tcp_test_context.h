@@ -14,6 +14,7 @@
 
 #include "common/mutex.h"
 #include "transport/conformance/test_context.h"
+#include "common/wait_for.h"
 
 namespace ferry::tcp::testing {
 
@@ -54,18 +55,6 @@ class GatedContext final : public TransportContext {
   bool frozen_ GUARDED_BY(mu_) = false;
   bool open_ GUARDED_BY(mu_) = false;
 };
-
-// Polls `done` until it holds or `timeout` passed; returns its last value. For conditions with
-// no notification to wait on (counters, /proc); each poll is 1 ms apart.
-template <typename Pred>
-bool WaitFor(Pred done, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 // Open file descriptors of this process (entries of /proc/self/fd).
 size_t OpenFdCount();

@@ -24,7 +24,6 @@ using testing::GatedContext;
 using testing::RawSocket;
 using testing::SliceBatch;
 using testing::TestContext;
-using testing::WaitFor;
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kTargetIncarnation = 0x7a7a7a;
