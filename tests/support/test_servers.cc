@@ -348,14 +348,22 @@ Status TestServer::Relaunch() { return Launch(); }
 
 // ---- etcd -------------------------------------------------------------------------------------
 
+// A port PickFreePort found free can be taken by another test before the server binds it
+// (ctest runs tests in parallel): a first start that fails is tried again on fresh ports.
+constexpr int kStartAttempts = 3;
+
 Result<std::unique_ptr<EtcdServer>> EtcdServer::Start() {
-  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("etcd"));
-  ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
-  ASSIGN_OR_RETURN(uint16_t peer_port, PickFreePort());
-  std::unique_ptr<EtcdServer> server(new EtcdServer(std::move(dir), port));
-  server->peer_port_ = peer_port;
-  RETURN_IF_ERROR(server->Launch());
-  return server;
+  Status last;
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("etcd"));
+    ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+    ASSIGN_OR_RETURN(uint16_t peer_port, PickFreePort());
+    std::unique_ptr<EtcdServer> server(new EtcdServer(std::move(dir), port));
+    server->peer_port_ = peer_port;
+    last = server->Launch();
+    if (last.ok()) return server;
+  }
+  return last;
 }
 
 // etcd accepts connections a moment before it serves them: wait for GET /health to say so.
@@ -403,12 +411,16 @@ std::vector<std::string> EtcdServer::Command() const {
 // ---- redis ------------------------------------------------------------------------------------
 
 Result<std::unique_ptr<RedisServer>> RedisServer::Start(std::string password) {
-  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("redis"));
-  ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
-  std::unique_ptr<RedisServer> server(new RedisServer(std::move(dir), port));
-  server->password_ = std::move(password);
-  RETURN_IF_ERROR(server->Launch());
-  return server;
+  Status last;
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("redis"));
+    ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+    std::unique_ptr<RedisServer> server(new RedisServer(std::move(dir), port));
+    server->password_ = password;
+    last = server->Launch();
+    if (last.ok()) return server;
+  }
+  return last;
 }
 
 std::vector<std::string> RedisServer::Command() const {
@@ -437,12 +449,16 @@ std::vector<std::string> RedisServer::Command() const {
 std::string BinDir() { return FERRY_TEST_BIN_DIR; }
 
 Result<std::unique_ptr<MetadataServer>> MetadataServer::Start(std::vector<std::string> extra_args) {
-  ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("metasrv"));
-  ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
-  std::unique_ptr<MetadataServer> server(new MetadataServer(std::move(dir), port));
-  server->extra_args_ = std::move(extra_args);
-  RETURN_IF_ERROR(server->Launch());
-  return server;
+  Status last;
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("metasrv"));
+    ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+    std::unique_ptr<MetadataServer> server(new MetadataServer(std::move(dir), port));
+    server->extra_args_ = extra_args;
+    last = server->Launch();
+    if (last.ok()) return server;
+  }
+  return last;
 }
 
 std::vector<std::string> MetadataServer::Command() const {
