@@ -8,10 +8,13 @@ packages=(
   cmake ninja-build clang libclang-rt-14-dev pkg-config make
   # libraries
   nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
+  # libcrypto (HMAC-SHA256, random nonces) for the peer authentication
+  libssl-dev
   # servers the tests start on 127.0.0.1 (metadata stores)
   etcd-server redis-server
-  # tests and benchmarks (iproute2: network namespaces for the locality tests)
-  libgtest-dev libgmock-dev libbenchmark-dev iproute2
+  # tests and benchmarks (iproute2: network namespaces for the locality and fault tests;
+  # iptables: the fault tests' partitions, resets and packet loss)
+  libgtest-dev libgmock-dev libbenchmark-dev iproute2 iptables
   # the rdma transport (libfabric; its tcp;ofi_rxm provider runs the tests without a NIC)
   libfabric-dev libfabric-bin
 )

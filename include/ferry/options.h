@@ -8,6 +8,9 @@
 
 namespace ferry {
 
+// An on/off setting whose default the engine decides.
+enum class Toggle { kAuto, kOn, kOff };
+
 struct EngineOptions {
   // Where descriptors are published (see README: etcd://, redis://, http://, P2PHANDSHAKE,
   // memory://).
@@ -29,6 +32,20 @@ struct EngineOptions {
   std::string host_id;
   // shm: where the same-host control sockets live (a directory every local peer can reach).
   std::string shm_dir = "/dev/shm";
+  // shm copies registered heap memory with process_vm_writev/readv (cross-memory attach), which
+  // the kernel allows only to a process that may ptrace the target. Under Linux Yama with
+  // kernel.yama.ptrace_scope = 1 only an ancestor may, so for peers to copy into this process
+  // it calls prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) at start. Consequence: every process of
+  // the same user may then ptrace this whole process (read and write all of its memory, not
+  // only the registered regions). Without Yama, or with ptrace_scope 0, that is already so and
+  // the call changes nothing; with ptrace_scope 2 or 3 it cannot help.
+  //   kAuto: on when the shm transport is installed (it copies heap memory with CMA), else off.
+  //   kOn:   the same, but Init fails (InvalidArgument) when no shm transport is installed.
+  //   kOff:  never. Where Yama restricts ptrace, a peer's CMA copy into this process then fails
+  //          (PermissionDenied; the engine falls back to another transport, e.g. tcp); managed
+  //          buffers (allocateManagedBuffer: a shared memfd peers copy with memcpy) still move
+  //          over shm.
+  Toggle allow_same_user_ptrace = Toggle::kAuto;
   // cxl: the shared window every engine on the host maps (a DAX device or a mappable file) and
   // how many bytes of it; 0 = its size. Empty: no cxl transport.
   std::string cxl_window;
@@ -43,6 +60,11 @@ struct EngineOptions {
   std::chrono::milliseconds task_timeout{30000};
   // Requests are cut into slices of at most this many bytes, spread over connections.
   uint64_t slice_size = 256 << 10;
+  // tcp: every payload carries a CRC32C checked as it lands, so bytes corrupted in transit fail
+  // their task instead of being written or reported as read (headers are always checksummed).
+  // Off saves the checksum's CPU time at the price of that detection (README, tcp numbers).
+  // Each initiator decides for the transfers it starts.
+  bool tcp_payload_checksum = true;
   // Metadata key prefix ("<prefix>/ram/<segment>").
   std::string metadata_prefix = "ferry";
   // Published entries vanish this long after the engine dies.
@@ -61,6 +83,14 @@ struct EngineOptions {
   // sendNotify fails with Busy, and nothing more is kept.
   size_t max_pending_notifies = 4096;
   uint64_t max_pending_notify_bytes = uint64_t{64} << 20;
+  // Cluster secret: when set, every connection between engines (RPC, tcp data, shm/cxl grant
+  // channels) starts with a mutual HMAC-SHA256 challenge over fresh nonces, and a peer that
+  // does not hold the same secret is refused with PermissionDenied before anything is read or
+  // written (logged once per peer address). Empty: FERRY_AUTH_SECRET when set, else no
+  // authentication (and a peer that requires it refuses this engine). At least 16 bytes. It
+  // authenticates peers only: payloads are not encrypted, and rdma's one-sided accesses are
+  // checked by the NIC's keys, not by this secret.
+  std::string auth_secret;
   // Threads doing slow per-peer work (retries, descriptor refreshes, notifications after
   // batches, submissions a full transport queue turned back). Each peer's work runs on one
   // thread at a time, so a frozen peer holds at most one; the pool grows on demand up to this

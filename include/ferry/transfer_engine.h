@@ -58,7 +58,7 @@ struct TransferRequest {
   void* source = nullptr;      // local address (registered memory)
   SegmentId target_id = 0;     // from openSegment
   uint64_t target_offset = 0;  // address in the target segment (its BufferDesc::addr space)
-  uint64_t length = 0;
+  uint64_t length = 0;  // 0 is allowed: checked like any request, then moves nothing
   // Empty: the selection policy chooses. Otherwise the only transport this request may use
   // ("tcp", "shm", ...); the request fails when that transport cannot reach the target.
   std::string transport{};
@@ -69,6 +69,13 @@ std::string_view TransferStateName(TransferState state);
 
 struct TransferStatus {
   TransferState state = TransferState::kWaiting;
+  // Bytes of the request's range confirmed moved: the slices (EngineOptions::slice_size) a
+  // transport reported complete, each counted once however many attempts carried it. COMPLETED:
+  // the length. FAILED / TIMEOUT / CANCELED: a write may have written part of its range (the
+  // slices that went through before others were refused or lost), and this counts the confirmed
+  // part; bytes whose confirmation was lost with a connection are not counted, so the rest of
+  // the range is unknown, not untouched. After TIMEOUT it may still grow while slices in flight
+  // report (briefly: see EngineOptions::task_timeout). Zero-length requests: 0.
   uint64_t transferred_bytes = 0;
   Status reason;            // why it FAILED / TIMEOUT; Ok otherwise
   std::string transport{};  // the transport that carried (or last tried) it; empty before
@@ -82,7 +89,7 @@ struct BatchStatus {
   size_t tasks = 0;
   size_t completed = 0;
   size_t failed = 0;  // FAILED, TIMEOUT or CANCELED
-  uint64_t transferred_bytes = 0;
+  uint64_t transferred_bytes = 0;  // of the COMPLETED tasks (a failed task's are in its status)
   Status first_error;
 };
 

@@ -32,7 +32,8 @@ Result<HostPort> ParseHostPort(std::string_view text, std::string_view what) {
   }
   if (host.empty()) return bad("empty host");
   for (char c : host) {
-    if (c <= ' ' || c == '/' || c == '@' || c == ',' || c == 0x7f)
+    // Brackets only delimit an IPv6 host; inside one they would not survive ToString.
+    if (c <= ' ' || c == '/' || c == '@' || c == ',' || c == '[' || c == ']' || c == 0x7f)
       return bad("bad character in host");
   }
   unsigned value = 0;

@@ -36,8 +36,13 @@ struct Task {
   std::chrono::steady_clock::time_point deadline{};
 
   std::atomic<TransferState> state{TransferState::kWaiting};
+  // Bytes of the request's range whose slices a transport confirmed complete, each slice
+  // counted once however many attempts carried it (TransferStatus::transferred_bytes).
   std::atomic<uint64_t> transferred{0};
   std::atomic<size_t> slices_left{0};  // slices submitted and not yet completed
+  // One flag per slice position (slice i covers [i * slice_size, ...) of the request), set by
+  // the completion that confirmed it; made by the first plan that builds slices.
+  std::unique_ptr<std::atomic<bool>[]> confirmed;
 
   // Planning fields: written while no slice is in flight, read by completions.
   std::vector<Slice> slices;

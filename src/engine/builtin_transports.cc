@@ -1,5 +1,7 @@
 #include "engine/builtin_transports.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "transport/cxl/cxl_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -28,6 +30,7 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
     TcpTransportOptions o;
     o.io_timeout = options.request_timeout;
     o.idle_timeout = options.idle_link_timeout;
+    o.payload_checksum = options.tcp_payload_checksum;
     return CreateTcpTransport(o);
   }
   if (name == "shm") {
@@ -35,6 +38,8 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
     o.socket_dir = options.shm_dir;
     o.io_timeout = options.request_timeout;
     o.idle_timeout = options.idle_link_timeout;
+    // shm copies heap memory with CMA, which Yama's ptrace_scope 1 allows only when asked.
+    o.allow_same_user_ptrace = options.allow_same_user_ptrace != Toggle::kOff;
     return CreateShmTransport(o);
   }
   if (name == "cxl") {
@@ -99,6 +104,12 @@ Result<std::vector<std::unique_ptr<Transport>>> CreateBuiltinTransports(
     }
     ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport, Create(name, options));
     out.push_back(std::move(transport));
+  }
+  if (options.allow_same_user_ptrace == Toggle::kOn &&
+      std::find(wanted.begin(), wanted.end(), "shm") == wanted.end()) {
+    return InvalidArgumentError(
+        "allow_same_user_ptrace is on, but only the shm transport (its process_vm_* copies) "
+        "needs it, and it is not installed");
   }
   return out;
 }

@@ -231,13 +231,15 @@ TransferEngine::Impl::Plan TransferEngine::Impl::PlanOrEnd(Task* task, bool may_
 Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred) {
   const TransferRequest& r = task->request;
   task->slices.clear();
-  task->transferred.store(0);
   {
     MutexLock lock(task->mu);
     task->first_error = Status::Ok();
   }
+  // A zero-length request is checked like any other (its local address inside a registered
+  // region, its target address inside a published remote-accessible buffer, a transport that
+  // reaches it) and then completes in place, moving no byte.
   const uint64_t local = reinterpret_cast<uint64_t>(r.source);
-  if (!task->local_pin.held() && r.length > 0) {
+  if (!task->local_pin.held()) {
     Result<PinGuard> pin = registry_->Pin(local, r.length);
     if (!pin.ok()) return pin.status().WithContext("local buffer of the request");
     task->local_pin = std::move(pin).value();
@@ -252,7 +254,6 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
   task->desc = target->desc;
   const SegmentDesc& desc = *task->desc;
   if (desc.name == name_ && desc.incarnation == incarnation_) return LocalCopy(task);
-  if (r.length == 0) return Status::Ok();
 
   const BufferDesc* buffer = desc.FindCovering(r.target_offset, r.length);
   if (buffer == nullptr && !task->refreshed_for_missing_buffer) {
@@ -295,6 +296,7 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     return UnavailableError("no transport reaches segment '" + desc.name +
                             "': none of its buffer's transports is installed here");
   }
+  if (r.length == 0) return Status::Ok();  // checked; nothing to move
   Status last = UnavailableError("no transport connected");
   for (const std::string& name : order) {
     Transport* transport = FindTransport(name);
@@ -315,6 +317,10 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     task->planned_incarnation = desc.incarnation;
     task->planned_generation = buffer->generation;
     const std::string_view key = buffer->keys.at(name);
+    if (task->confirmed == nullptr) {
+      task->confirmed = std::make_unique<std::atomic<bool>[]>((r.length + options_.slice_size - 1) /
+                                                              options_.slice_size);
+    }
     for (uint64_t done = 0; done < r.length; done += options_.slice_size) {
       Slice slice;
       slice.op = r.opcode;
@@ -335,8 +341,9 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
 
 Status TransferEngine::Impl::LocalCopy(Task* task) {
   const TransferRequest& r = task->request;
-  if (r.length == 0) return Status::Ok();
+  // Checked even when empty: the target range must lie in one registered region.
   ASSIGN_OR_RETURN(PinGuard target, registry_->Pin(r.target_offset, r.length));
+  if (r.length == 0) return Status::Ok();
   char* local = static_cast<char*>(r.source);
   char* remote = reinterpret_cast<char*>(r.target_offset);
   if (r.opcode == OpCode::kWrite) {
@@ -447,7 +454,10 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
 void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
   Task* task = static_cast<Task*>(slice->task);
   if (status.ok()) {
-    task->transferred.fetch_add(slice->length);
+    // Counted once per slice position: a retry re-sends every slice of the request.
+    const uint64_t position =
+        (slice->remote_addr - task->request.target_offset) / options_.slice_size;
+    if (!task->confirmed[position].exchange(true)) task->transferred.fetch_add(slice->length);
   } else {
     MutexLock lock(task->mu);
     if (task->first_error.ok()) task->first_error = status;

@@ -23,7 +23,9 @@ class LinkOnlyTransport final : public Transport {
   TransportCapabilities capabilities() const override { return {}; }
   Result<std::string> Start(TransportContext*, const TransportStartInfo&) override { return ""; }
   void Stop() override {}
-  Result<std::string> RegisterMemory(uint64_t, uint64_t, const Location&) override { return ""; }
+  Result<std::string> RegisterMemory(uint64_t, uint64_t, const Location&, MemoryAccess) override {
+    return "";
+  }
   Status UnregisterMemory(uint64_t, uint64_t) override { return Status::Ok(); }
   Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) override {
     ++connects;

@@ -1,8 +1,11 @@
 #include "ferry/transfer_engine.h"
 
+#include <optional>
 #include <random>
 
+#include "common/env.h"
 #include "common/log.h"
+#include "common/peer_auth.h"
 #include "core/location.h"
 #include "engine/builtin_transports.h"
 #include "engine/engine_impl.h"
@@ -71,6 +74,12 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
     return InvalidArgumentError("request_timeout must be > 0");
   }
   if (options_.worker_threads == 0) return InvalidArgumentError("worker_threads must be > 0");
+  if (options_.auth_secret.empty()) {
+    if (std::optional<std::string> secret = GetFerryEnv("AUTH_SECRET")) {
+      options_.auth_secret = std::move(*secret);
+    }
+  }
+  RETURN_IF_ERROR(auth::ValidateSecret(options_.auth_secret));
   notify_box_ = std::make_unique<engine::NotificationBox>(options_.max_pending_notifies,
                                                           options_.max_pending_notify_bytes);
   health_ = std::make_unique<engine::PeerHealth>(clock_, engine::PeerHealthOptions{});
@@ -81,16 +90,19 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
       RegistryOptions{.drain_timeout = options_.unregister_drain_timeout});
   policy_ = std::make_unique<engine::SelectionPolicy>(Clock::Real());
 
-  ASSIGN_OR_RETURN(rpc_server_, RpcServer::Create({.bind_host = options_.host,
-                                                   .port = options_.rpc_port,
-                                                   .port_range_end = options_.rpc_port_range_end}));
+  RpcServerOptions rpc_options;
+  rpc_options.bind_host = options_.host;
+  rpc_options.port = options_.rpc_port;
+  rpc_options.port_range_end = options_.rpc_port_range_end;
+  rpc_options.auth_secret = options_.auth_secret;
+  ASSIGN_OR_RETURN(rpc_server_, RpcServer::Create(rpc_options));
   name_ = options_.local_server_name.empty()
               ? HostPort{options_.host, rpc_server_->port()}.ToString()
               : options_.local_server_name;
   RETURN_IF_ERROR(RegisterRpcHandlers());
   RETURN_IF_ERROR(rpc_server_->Start());
 
-  rpc_client_ = std::make_unique<RpcClient>();
+  rpc_client_ = std::make_unique<RpcClient>(RpcClientOptions{.auth_secret = options_.auth_secret});
   p2p_source_ = std::make_unique<RpcDescriptorSource>(rpc_client_.get(), options_.request_timeout);
   Result<StoreAddress> address = ParseStoreAddress(options_.metadata_conn);
   if (!address.ok()) return address.status();
@@ -108,6 +120,17 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   // A peer that restarted under its name: the links made for its old incarnation go.
   directory.on_restarted = [this](std::string_view peer, uint64_t, uint64_t now) {
     links_.DropOtherIncarnations(peer, now);
+  };
+  // The store answered NotFound for a peer we know: keep its descriptor while that very
+  // incarnation answers a probe (the store lost its keys; it rewrites them within its lease
+  // refresh). A peer that is gone, or restarted, does not answer so and is dropped.
+  directory.still_alive = [this](const SegmentDesc& cached) {
+    Result<std::string> reply =
+        rpc_client_->Call(HostPort{cached.rpc.host, cached.rpc.port}, ToWire(RpcType::kProbe), "",
+                          options_.request_timeout);
+    if (!reply.ok()) return false;
+    Result<ProbeResponse> probe = UnpackProbeResponse(*reply);
+    return probe.ok() && probe->incarnation == cached.incarnation && probe->name == cached.name;
   };
   ASSIGN_OR_RETURN(directory_, SegmentDirectory::Create(store_.get(), std::move(directory)));
   publisher_ = std::make_unique<SegmentPublisher>(store_.get(), options_.metadata_prefix);
@@ -134,7 +157,9 @@ Status TransferEngine::Impl::StartTransports() {
                          (options_.transports.size() == 1 && options_.transports[0] == "auto");
   for (auto& t : created) {
     Result<std::string> bytes =
-        t->Start(this, {.local_segment = name_, .bind_host = options_.host});
+        t->Start(this, {.local_segment = name_,
+                        .bind_host = options_.host,
+                        .auth_secret = options_.auth_secret});
     if (!bytes.ok()) {
       const Status error =
           bytes.status().WithContext("starting transport '" + std::string(t->name()) + "'");
@@ -213,8 +238,11 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
       if (!detected.ok()) return fail(detected.status());
       where = *detected;
     }
+    // A local-only region gets no remote rights on any transport (an RDMA MR without remote
+    // access), and the registry publishes no key for it.
+    const MemoryAccess access = remote_accessible ? MemoryAccess::kRemote : MemoryAccess::kLocal;
     for (auto& t : transports_) {
-      Result<std::string> key = t->RegisterMemory(addr, b.length, where);
+      Result<std::string> key = t->RegisterMemory(addr, b.length, where, access);
       if (key.status().code() == StatusCode::kNotFound) continue;  // cannot reach this memory
       if (!key.ok()) {
         return fail(key.status().WithContext("transport '" + std::string(t->name()) + "'"));

@@ -149,19 +149,34 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
     generation_at_start = EntryLocked(name).generation;
   }
   auto failed = [&](const Status& error) -> Result<SegmentHandle> {
+    // The store lost the keys of a peer that is still there (see DirectoryOptions::still_alive):
+    // asked without the lock, as it waits on the peer.
+    bool alive = false;
+    if (allow_cached && error.code() == StatusCode::kNotFound && options_.still_alive) {
+      std::shared_ptr<const SegmentDesc> cached;
+      {
+        MutexLock lock(mu_);
+        cached = EntryLocked(name).desc;
+      }
+      alive = cached != nullptr && options_.still_alive(*cached);
+    }
     MutexLock lock(mu_);
     Entry& entry = EntryLocked(name);
-    if (error.code() == StatusCode::kNotFound) {
+    if (error.code() == StatusCode::kNotFound && !alive) {
       entry.desc.reset();  // the segment is gone; holders keep their snapshots
       entry.stale = true;
       ++entry.generation;
-    } else if (allow_cached && error.code() == StatusCode::kUnavailable && entry.desc != nullptr) {
-      // The store is down; a descriptor we had is better than none. The data path reports
-      // STALE if it is wrong. Said once per outage and name, not once per fetch.
+    } else if (allow_cached && entry.desc != nullptr &&
+               (alive || error.code() == StatusCode::kUnavailable)) {
+      // The store is down, or lost the keys of a live peer; a descriptor we had is better than
+      // none. The data path reports STALE if it is wrong. Said once per outage and name, not
+      // once per fetch.
       if (!entry.serving_cached) {
         entry.serving_cached = true;
-        FERRY_LOG(kWarn) << "segment '" << name
-                         << "': store unavailable, using cached descriptor: " << error;
+        FERRY_LOG(kWarn) << "segment '" << name << "': "
+                         << (alive ? "store lost the keys of the live peer"
+                                   : "store unavailable")
+                         << ", using cached descriptor: " << error;
       }
       return SegmentHandle{entry.id, entry.desc};
     }

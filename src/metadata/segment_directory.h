@@ -8,6 +8,8 @@
 //  - by watch events, when the store has a watcher (a put replaces, a delete drops);
 //  - by age otherwise: an entry older than cache_ttl is fetched again on the next Open;
 //  - on demand: Invalidate(name) when the data path met STALE, Sync(name) / SyncAll().
+// When the store cannot be asked, or answers NotFound for a peer whose cached incarnation still
+// answers (DirectoryOptions::still_alive), Open serves the cached descriptor (not Sync).
 // A replacement is an atomic swap of a shared_ptr<const SegmentDesc>: users holding the old
 // snapshot keep it, unchanged, for as long as they hold it. A fetched value that fails to decode
 // is an error for the caller and leaves the cached snapshot as it was.
@@ -53,6 +55,14 @@ struct DirectoryOptions {
   // under the same name. Optional.
   std::function<void(std::string_view name, uint64_t old_incarnation, uint64_t new_incarnation)>
       on_restarted;
+  // Asked when the store answers NotFound for a segment whose descriptor is cached: true when
+  // the engine of that very descriptor (its incarnation) still answers. The store then lost a
+  // live peer's keys (their TTL passed while the store was down, or it restarted without them)
+  // and the peer writes them again within its lease refresh: the cached descriptor is served,
+  // as when the store is unreachable, instead of failing transfers to a live peer. Runs on the
+  // fetching thread, without directory locks held, and should be bounded (an RPC probe).
+  // Optional; without it NotFound drops the cached descriptor.
+  std::function<bool(const SegmentDesc& cached)> still_alive;
 };
 
 struct SegmentHandle {

@@ -292,6 +292,43 @@ TEST_F(SegmentDirectoryTest, CrashedOwnersEntryExpiresWithItsLease) {
   EXPECT_EQ(dir->Open("node-c").status().code(), StatusCode::kNotFound);
 }
 
+// The store lost a live peer's keys (their TTL passed while it was down, or it restarted
+// without them): while that very incarnation answers, its cached descriptor is served, until the
+// peer writes its keys again; a peer that does not answer, or answers as another incarnation,
+// is gone.
+TEST_F(SegmentDirectoryTest, NotFoundKeepsTheDescriptorOfALivePeer) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-d", 5)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
+  std::atomic<uint64_t> answering{5};  // the incarnation the peer answers a probe with; 0: none
+  std::atomic<int> probes{0};
+  auto dir = MakeDirectory(&store, {.cache_ttl = 1000ms,
+                                    .still_alive = [&](const SegmentDesc& cached) {
+                                      ++probes;
+                                      return answering.load() == cached.incarnation;
+                                    }});
+  EXPECT_EQ(dir->Open("nobody").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(probes.load(), 0);  // nothing cached: nothing to keep
+  ASSERT_TRUE(dir->Open("node-d").ok());
+  ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-d")).ok());  // the store lost it
+  clock_.Advance(1000ms);
+  Result<SegmentHandle> kept = dir->Open("node-d");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->desc->incarnation, 5u);
+  EXPECT_EQ(probes.load(), 1);
+  EXPECT_EQ(dir->Sync("node-d").code(), StatusCode::kNotFound);  // Sync says what the store says
+  // The peer wrote its keys again: fetched and fresh as before.
+  ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", "node-d"),
+                          EncodeSegmentDesc(MakeDesc("node-d", 5, 2)), {})
+                  .ok());
+  EXPECT_EQ(dir->Open("node-d")->desc->buffers.size(), 2u);
+  // Lost again, and the peer restarted (another incarnation answers): gone.
+  ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-d")).ok());
+  answering = 6;
+  clock_.Advance(1000ms);
+  EXPECT_EQ(dir->Open("node-d").status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(SegmentDirectoryTest, PublisherRejectsInvalidDescriptorsAndWritesRpcMeta) {
   SegmentPublisher publisher(owner_.get(), "ferry");
   SegmentDesc bad = MakeDesc("node-p", 0);  // incarnation 0 is invalid

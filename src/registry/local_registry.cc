@@ -449,6 +449,9 @@ BufferDesc LocalRegistry::Describe(const Region& region) {
   desc.location = region.location;
   desc.generation = region.generation;
   desc.remote_accessible = region.remote_accessible;
+  // A local-only region publishes no key: peers must not learn what would reach it (an RDMA
+  // rkey, a shared buffer's id). Its bindings stay, for its local use and its unregister.
+  if (!region.remote_accessible) return desc;
   for (const TransportBinding& b : region.bindings) desc.keys.emplace(b.transport, b.key);
   return desc;
 }

@@ -131,9 +131,10 @@ class LocalRegistry {
   // Ok when [addr, addr + length) overlaps no registered region; Overlap naming it otherwise.
   Status CheckOverlap(uint64_t addr, uint64_t length) const;
 
-  // The open region containing addr.
+  // The open region containing addr, as it should be published (keys: see Snapshot).
   Result<BufferDesc> Lookup(uint64_t addr) const;
-  // Every open region, sorted by address, as it should be published.
+  // Every open region, sorted by address, as it should be published: a remote-accessible
+  // region with one key per transport binding, a local-only one with no keys at all.
   std::vector<BufferDesc> Snapshot() const;
   size_t size() const;
 

@@ -178,6 +178,32 @@ TEST(LocalRegistryTest, PinChecksGenerationRemoteAccessAndTransport) {
             StatusCode::kPermissionDenied);
 }
 
+TEST(LocalRegistryTest, LocalOnlyRegionPublishesNoKeyButKeepsItsBindings) {
+  LocalRegistry registry;
+  RegionSpec local_only = Spec(0x1000, 0x1000, "rdma");
+  local_only.remote_accessible = false;
+  ASSERT_TRUE(registry.Register(local_only).ok());
+  RegionSpec joined = Spec(0x1000, 0x1000, "tcp");
+  joined.remote_accessible = false;
+  ASSERT_TRUE(registry.Register(joined).ok());
+  ASSERT_TRUE(registry.Register(Spec(0x4000, 0x1000, "rdma")).ok());
+
+  std::vector<BufferDesc> snapshot = registry.Snapshot();
+  ASSERT_EQ(snapshot.size(), 2u);
+  EXPECT_FALSE(snapshot[0].remote_accessible);
+  EXPECT_TRUE(snapshot[0].keys.empty()) << "a local-only region published a key";
+  EXPECT_EQ(snapshot[1].keys.at("rdma"), "key-rdma");
+  Result<BufferDesc> looked_up = registry.Lookup(0x1800);
+  ASSERT_TRUE(looked_up.ok());
+  EXPECT_TRUE(looked_up->keys.empty());
+  // The bindings are still there for the local side of this process's own transfers.
+  Result<PinGuard> pin = registry.Pin(0x1000, 8, {.transport = "rdma"});
+  ASSERT_TRUE(pin.ok()) << pin.status();
+  std::vector<std::string> bound = {"rdma", "shm", "tcp"};
+  pin->RetainBound(&bound);
+  EXPECT_EQ(bound, (std::vector<std::string>{"rdma", "tcp"}));
+}
+
 TEST(LocalRegistryTest, PinGuardMovesAndReleasesOnce) {
   LocalRegistry registry({.drain_timeout = milliseconds(20)});
   ASSERT_TRUE(registry.Register(Spec(0x1000, 0x1000)).ok());

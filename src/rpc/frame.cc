@@ -1,8 +1,22 @@
 #include "rpc/frame.h"
 
-#include "rpc/byte_codec.h"
+#include "common/crc32c.h"
+#include "common/wire_codec.h"
+#include "common/wire_status.h"
 
 namespace ferry::rpc {
+namespace {
+
+constexpr size_t kHeaderCrcOffset = 28;
+
+std::string Hex32(uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x00000000";
+  for (int i = 0; i < 8; ++i) out[9 - i] = kDigits[(v >> (4 * i)) & 0xf];
+  return out;
+}
+
+}  // namespace
 
 void EncodeFrameHeader(const FrameHeader& header, char* out) {
   StoreLe32(out + 0, kFrameMagic);
@@ -12,16 +26,44 @@ void EncodeFrameHeader(const FrameHeader& header, char* out) {
   StoreLe16(out + 16, header.flags);
   StoreLe16(out + 18, 0);
   StoreLe32(out + 20, header.payload_len);
+  StoreLe32(out + 24, header.payload_crc);
+  StoreLe32(out + kHeaderCrcOffset, Crc32c(out, kHeaderCrcOffset));
+}
+
+Status FramePrefixError(std::string_view prefix) {
+  if (prefix.size() >= 4 && LoadLe32(prefix.data()) != kFrameMagic) {
+    return InvalidArgumentError("rpc frame: bad magic " + Hex32(LoadLe32(prefix.data())) +
+                                " (not a ferry rpc peer, or corrupted in transit)");
+  }
+  if (prefix.size() >= kFramePrefixSize) {
+    if (const uint16_t version = LoadLe16(prefix.data() + 4); version != kFrameVersion) {
+      return InvalidArgumentError("rpc frame: unsupported version " + std::to_string(version) +
+                                  " (this build speaks " + std::to_string(kFrameVersion) +
+                                  "; a peer of another version, or corrupted in transit)");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<FrameHeader> DecodeFrameHeader(std::string_view bytes, size_t max_payload_bytes) {
   if (bytes.size() != kFrameHeaderSize) {
-    return InvalidArgumentError("rpc frame header must be 24 bytes, got " +
-                                std::to_string(bytes.size()));
+    return InvalidArgumentError("rpc frame header must be " + std::to_string(kFrameHeaderSize) +
+                                " bytes, got " + std::to_string(bytes.size()));
   }
   const char* p = bytes.data();
   if (const uint32_t magic = LoadLe32(p); magic != kFrameMagic) {
-    return InvalidArgumentError("rpc frame: bad magic " + std::to_string(magic));
+    return InvalidArgumentError("rpc frame: bad magic " + Hex32(magic));
+  }
+  // The checksum first: no field of a corrupted header is believed, not even its version.
+  const uint32_t sent_crc = LoadLe32(p + kHeaderCrcOffset);
+  if (const uint32_t crc = Crc32c(p, kHeaderCrcOffset); crc != sent_crc) {
+    std::string why = "rpc frame: header checksum mismatch (sent " + Hex32(sent_crc) +
+                      ", computed " + Hex32(crc) + "): corrupted in transit";
+    if (const uint16_t version = LoadLe16(p + 4); version != kFrameVersion) {
+      why += ", or a peer speaking version " + std::to_string(version) + " (this build speaks " +
+             std::to_string(kFrameVersion) + ")";
+    }
+    return InvalidArgumentError(why);
   }
   if (const uint16_t version = LoadLe16(p + 4); version != kFrameVersion) {
     return InvalidArgumentError("rpc frame: unsupported version " + std::to_string(version) +
@@ -35,6 +77,7 @@ Result<FrameHeader> DecodeFrameHeader(std::string_view bytes, size_t max_payload
   h.request_id = LoadLe64(p + 8);
   h.flags = LoadLe16(p + 16);
   h.payload_len = LoadLe32(p + 20);
+  h.payload_crc = LoadLe32(p + 24);
   if ((h.flags & ~kKnownFlags) != 0) {
     return InvalidArgumentError("rpc frame: unknown flags " + std::to_string(h.flags));
   }
@@ -48,12 +91,21 @@ Result<FrameHeader> DecodeFrameHeader(std::string_view bytes, size_t max_payload
   return h;
 }
 
+Status VerifyFramePayload(const FrameHeader& header, std::string_view payload) {
+  const uint32_t crc = Crc32c(payload);
+  if (crc == header.payload_crc) return Status::Ok();
+  return InvalidArgumentError("rpc frame: payload checksum mismatch (sent " +
+                              Hex32(header.payload_crc) + ", computed " + Hex32(crc) + " over " +
+                              std::to_string(payload.size()) + " bytes): corrupted in transit");
+}
+
 Result<std::string> EncodeFrame(FrameHeader header, std::string_view payload) {
   if (payload.size() > kMaxEncodablePayload) {
     return InvalidArgumentError("rpc payload of " + std::to_string(payload.size()) +
                                 " bytes cannot be framed");
   }
   header.payload_len = static_cast<uint32_t>(payload.size());
+  header.payload_crc = Crc32c(payload);
   std::string frame(kFrameHeaderSize, '\0');
   EncodeFrameHeader(header, frame.data());
   frame.append(payload);
@@ -67,20 +119,33 @@ std::string EncodeErrorPayload(const Status& status) {
   if (message.size() > kMaxErrorMessageBytes) message = message.substr(0, kMaxErrorMessageBytes);
   std::string out;
   out.reserve(1 + message.size());
-  out.push_back(static_cast<char>(code));
-  out.append(message);
+  WireWriter w(&out);
+  w.PutU8(StatusCodeToWire(code));
+  w.PutBytes(message);
   return out;
 }
 
 Status DecodeErrorPayload(std::string_view payload) {
-  if (payload.empty()) return InternalError("peer sent an error response without a status code");
-  const auto raw = static_cast<uint8_t>(payload[0]);
-  std::string message(payload.substr(1));
-  if (raw == 0 || raw > static_cast<uint8_t>(StatusCode::kInternal)) {
+  WireReader r(payload, "rpc error response");
+  uint8_t raw = 0;
+  if (!r.GetU8("status code", &raw).ok()) {
+    return InternalError("peer sent an error response without a status code");
+  }
+  std::string message(r.TakeRest());
+  const std::optional<StatusCode> code = StatusCodeFromWire(raw);
+  if (!code.has_value() || *code == StatusCode::kOk) {
     return InternalError("peer sent an error with unknown status code " + std::to_string(raw) +
                          ": " + message);
   }
-  return Status(static_cast<StatusCode>(raw), std::move(message));
+  return Status(*code, std::move(message));
+}
+
+std::string EncodeClosingNotice(const Status& why) {
+  FrameHeader header;
+  header.request_id = kNoticeRequestId;
+  header.flags = kFlagResponse | kFlagError;
+  // An error payload is at most 1 + kMaxErrorMessageBytes bytes: it always fits a frame.
+  return EncodeFrame(header, EncodeErrorPayload(why)).value();
 }
 
 }  // namespace ferry::rpc

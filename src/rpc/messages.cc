@@ -1,11 +1,8 @@
 #include "rpc/messages.h"
 
-#include "rpc/byte_codec.h"
+#include "common/wire_codec.h"
 
 namespace ferry {
-
-using rpc::ByteReader;
-using rpc::ByteWriter;
 
 namespace {
 
@@ -29,15 +26,16 @@ Result<std::string> UnpackGetSegmentDescRequest(std::string_view payload) {
 }
 
 std::string Pack(const NotifyRequest& request) {
-  ByteWriter w;
+  std::string out;
+  WireWriter w(&out);
   w.PutString(request.segment_name);
   w.PutString(request.notify);
-  return w.Take();
+  return out;
 }
 
 Result<NotifyRequest> UnpackNotifyRequest(std::string_view payload) {
   constexpr std::string_view kWhat = "notify request";
-  ByteReader r(payload, kWhat);
+  WireReader r(payload, kWhat);
   NotifyRequest out;
   RETURN_IF_ERROR(r.GetString("segment_name", &out.segment_name));
   RETURN_IF_ERROR(r.GetString("notify", &out.notify));
@@ -47,14 +45,15 @@ Result<NotifyRequest> UnpackNotifyRequest(std::string_view payload) {
 }
 
 std::string Pack(const ProbeResponse& response) {
-  ByteWriter w;
+  std::string out;
+  WireWriter w(&out);
   w.PutU64(response.incarnation);
   w.PutString(response.name);
-  return w.Take();
+  return out;
 }
 
 Result<ProbeResponse> UnpackProbeResponse(std::string_view payload) {
-  ByteReader r(payload, "probe response");
+  WireReader r(payload, "probe response");
   ProbeResponse out;
   RETURN_IF_ERROR(r.GetU64("incarnation", &out.incarnation));
   RETURN_IF_ERROR(r.GetString("name", &out.name));
@@ -63,15 +62,16 @@ Result<ProbeResponse> UnpackProbeResponse(std::string_view payload) {
 }
 
 std::string Pack(const ExchangeRequest& request) {
-  ByteWriter w;
+  std::string out;
+  WireWriter w(&out);
   w.PutString(request.transport);
   w.PutString(request.bytes);
-  return w.Take();
+  return out;
 }
 
 Result<ExchangeRequest> UnpackExchangeRequest(std::string_view payload) {
   constexpr std::string_view kWhat = "exchange request";
-  ByteReader r(payload, kWhat);
+  WireReader r(payload, kWhat);
   ExchangeRequest out;
   RETURN_IF_ERROR(r.GetString("transport", &out.transport));
   RETURN_IF_ERROR(r.GetString("bytes", &out.bytes));

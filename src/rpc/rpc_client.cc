@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/peer_auth.h"
 #include "rpc/connection_pool.h"
 #include "rpc/frame.h"
 #include "rpc/socket_io.h"
@@ -35,7 +36,17 @@ Result<UniqueFd> RpcClient::Acquire(const HostPort& peer, const std::string& key
   const Deadline now = std::chrono::steady_clock::now();
   UniqueFd pooled = pool_->Take(key, now);
   if (pooled.valid()) return pooled;
-  return rpc::ConnectTcp(peer, std::min(deadline, now + options_.connect_timeout));
+  ASSIGN_OR_RETURN(UniqueFd fd,
+                   rpc::ConnectTcp(peer, std::min(deadline, now + options_.connect_timeout)));
+  if (options_.auth_secret.empty()) return fd;
+  ASSIGN_OR_RETURN(auth::Handshake handshake,
+                   auth::Handshake::Client(auth::Channel::kRpc, options_.auth_secret, key));
+  Status authenticated = auth::RunHandshake(handshake, fd.get(), deadline);
+  if (authenticated.code() == StatusCode::kTimeout) {
+    return TimeoutError("authentication with rpc peer " + key + " did not finish in time");
+  }
+  RETURN_IF_ERROR(authenticated);
+  return fd;
 }
 
 Result<std::string> RpcClient::Call(const HostPort& peer, uint16_t type, std::string_view payload,
@@ -58,7 +69,10 @@ Result<std::string> RpcClient::Call(const HostPort& peer, uint16_t type, std::st
     if (attempt > 0 && std::chrono::steady_clock::now() >= deadline) break;
     Result<UniqueFd> conn = Acquire(peer, key, deadline);
     if (!conn.ok()) {
-      last = conn.status();  // Unavailable; nothing was sent
+      last = conn.status();  // nothing was sent
+      if (last.code() == StatusCode::kPermissionDenied || last.code() == StatusCode::kTimeout) {
+        break;  // another connection would meet the same refusal / the deadline has passed
+      }
       continue;
     }
     Status sent = rpc::SendAll(conn->get(), frame, deadline);
@@ -95,11 +109,22 @@ Result<std::string> RpcClient::AwaitResponse(UniqueFd fd, const std::string& key
   if (Status s = rpc::RecvExact(fd.get(), header_bytes, sizeof(header_bytes), deadline); !s.ok()) {
     return io_error(s);
   }
+  // A server that requires authentication (or found ours wrong) answers with a refusal here.
+  if (Status refused = auth::RefusalIn(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(header_bytes),  // NOLINT
+                                   sizeof(header_bytes)),
+          key);
+      !refused.ok()) {
+    return refused.WithContext(what);
+  }
   Result<rpc::FrameHeader> header = rpc::DecodeFrameHeader(
       std::string_view(header_bytes, sizeof(header_bytes)), options_.max_frame_bytes);
   if (!header.ok()) return bad_frame(header.status().message());
   if (!header->is_response()) return bad_frame("a request where a response was expected");
-  if (header->request_id != request_id || header->type != type) {
+  // A closing notice instead of the response: the server found our request frame bad (for
+  // instance corrupted in transit) and closes; the notice says why.
+  const bool notice = header->is_notice();
+  if (!notice && (header->request_id != request_id || header->type != type)) {
     return bad_frame("response to request " + std::to_string(header->request_id) + " type " +
                      std::to_string(header->type) + ", expected " + std::to_string(request_id));
   }
@@ -116,6 +141,14 @@ Result<std::string> RpcClient::AwaitResponse(UniqueFd fd, const std::string& key
         !s.ok()) {
       return io_error(s);
     }
+  }
+  // Corrupted bytes are never returned; the connection is dropped with them.
+  if (Status intact = rpc::VerifyFramePayload(*header, payload); !intact.ok()) {
+    return bad_frame(intact.message());
+  }
+  if (notice) {
+    return UnavailableError(what + ": " + rpc::DecodeErrorPayload(payload).message() +
+                            " (the request was not run)");
   }
   pool_->Give(key, std::move(fd), std::chrono::steady_clock::now());
   if (header->is_error()) return rpc::DecodeErrorPayload(payload);

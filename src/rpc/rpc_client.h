@@ -4,9 +4,14 @@
 // Errors of Call():
 //  - Unavailable: the peer could not be asked (unresolvable, refused, unreachable, connect
 //    timed out), or the connection broke after the request was sent (it may have been run);
-//    also when the peer answers with a frame that fails validation.
+//    also when the peer answers with a frame that fails validation (a checksum mismatch:
+//    corrupted in transit), or with a closing notice because our request frame failed its
+//    validation (then it was not run; the message says why, e.g. a checksum mismatch).
 //  - Timeout: the request was sent and no answer arrived before the call's deadline.
 //  - InvalidArgument: a bad timeout or a payload above max_frame_bytes (nothing is sent).
+//  - PermissionDenied: authentication failed (common/peer_auth.h): the peer holds another
+//    secret, requires one this client lacks, or has none while this client requires it. Nothing
+//    was sent; never retried.
 //  - any other code: the peer's handler returned that Status (same code and message).
 //
 // Retry rule: a call is retried at most once, on a fresh connection, and only when the request
@@ -49,6 +54,10 @@ struct RpcClientOptions {
   // servers' idle_timeout (60 s by default).
   std::chrono::milliseconds idle_timeout{30000};
   size_t max_frame_bytes = size_t{64} << 20;  // for requests and responses
+  // Cluster secret (see RpcServerOptions::auth_secret): when set, each new connection proves it
+  // and checks the server's proof before its first request, within the call's deadline. Empty:
+  // no authentication (a server that requires it is reported as PermissionDenied).
+  std::string auth_secret;
 };
 
 class RpcClient {
@@ -79,7 +88,8 @@ class RpcClient {
  private:
   using Deadline = std::chrono::steady_clock::time_point;
 
-  // A pooled or new connection to `peer`. Unavailable when connecting fails.
+  // A pooled or new (authenticated, with a secret) connection to `peer`. Unavailable when
+  // connecting fails; PermissionDenied when the authentication does.
   Result<UniqueFd> Acquire(const HostPort& peer, const std::string& key, Deadline deadline);
   // Reads the response to `request_id` on `fd`, pooling `fd` again after a clean exchange.
   Result<std::string> AwaitResponse(UniqueFd fd, const std::string& key, uint16_t type,

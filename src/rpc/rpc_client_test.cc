@@ -248,6 +248,38 @@ TEST(RpcClientTest, GarbageResponseIsABadFrame) {
   EXPECT_EQ(client.bad_frames(), 1u);
 }
 
+TEST(RpcClientTest, CorruptedResponseIsABadFrameNamingTheChecksum) {
+  for (size_t at : {size_t{12}, rpc::kFrameHeaderSize + 3}) {  // header, then payload
+    SCOPED_TRACE(at);
+    FakePeer peer([at](const rpc::FrameHeader& h) {
+      rpc::FrameHeader r = h;
+      r.flags = rpc::kFlagResponse;
+      std::string frame = rpc::EncodeFrame(r, "the answer").value();
+      frame[at] = static_cast<char>(frame[at] ^ 0x04);
+      return frame;
+    });
+    RpcClient client;
+    Result<std::string> r = client.Call(Local(peer.port()), kEchoType, "x", 5s);
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+    EXPECT_NE(r.status().message().find("checksum mismatch"), std::string::npos) << r.status();
+    EXPECT_EQ(client.bad_frames(), 1u);
+    EXPECT_EQ(client.idle_connections(), 0u);  // never pooled
+  }
+}
+
+TEST(RpcClientTest, ClosingNoticeFailsTheCallWithItsReason) {
+  FakePeer peer([](const rpc::FrameHeader&) {
+    return rpc::EncodeClosingNotice(
+        InvalidArgumentError("rpc frame: payload checksum mismatch (test)"));
+  });
+  RpcClient client;
+  Result<std::string> r = client.Call(Local(peer.port()), kEchoType, "x", 5s);
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+  EXPECT_NE(r.status().message().find("payload checksum mismatch (test)"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(client.idle_connections(), 0u);
+}
+
 TEST(RpcClientTest, ConnectionLostAfterSendingIsUnavailableAndNotRetried) {
   // Reads the request, answers nothing and closes: the request may have been processed.
   FakePeer peer([](const rpc::FrameHeader&) { return std::string(); });

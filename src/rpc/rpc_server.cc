@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "common/log.h"
+#include "common/peer_auth.h"
 #include "rpc/frame.h"
 #include "rpc/server_loop.h"
 #include "rpc/socket_io.h"
@@ -22,7 +23,7 @@ Status ValidateOptions(const RpcServerOptions& o) {
   if (o.max_connections == 0 || o.worker_threads == 0) {
     return InvalidArgumentError("rpc server: max_connections and worker_threads must be >= 1");
   }
-  return Status::Ok();
+  return auth::ValidateSecret(o.auth_secret).WithContext("rpc server");
 }
 
 }  // namespace
@@ -37,6 +38,7 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerOptions& opt
   loop_options.limits.io_timeout = options.io_timeout;
   loop_options.limits.idle_timeout = options.idle_timeout;
   loop_options.max_connections = options.max_connections;
+  loop_options.auth_secret = options.auth_secret;
   RpcServer* self = server.get();
   server->loop_ =
       std::make_unique<rpc::ServerLoop>(std::move(listener.fd), loop_options,
@@ -88,6 +90,7 @@ uint64_t RpcServer::bad_frames() const { return loop_->bad_frames(); }
 uint64_t RpcServer::connections_accepted() const { return loop_->connections_accepted(); }
 uint64_t RpcServer::connections_rejected() const { return loop_->connections_rejected(); }
 size_t RpcServer::open_connections() const { return loop_->open_connections(); }
+uint64_t RpcServer::auth_refusals() const { return loop_->auth_refusals(); }
 
 bool RpcServer::Dispatch(const PeerInfo& peer, rpc::InboundRequest request) {
   auto job = std::make_shared<std::pair<PeerInfo, rpc::InboundRequest>>(peer, std::move(request));

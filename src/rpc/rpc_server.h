@@ -45,6 +45,11 @@ struct RpcServerOptions {
   std::chrono::milliseconds idle_timeout{60000};  // an idle connection is closed after this
   size_t max_connections = 256;  // more are accepted and closed at once (the peer sees EOF)
   size_t worker_threads = 4;     // handler threads
+  // Cluster secret (common/peer_auth.h): when set, every connection must pass the mutual
+  // HMAC challenge before its first request, within io_timeout; a peer that fails it (or sends
+  // none) is refused, reads and runs nothing, and is logged once per address. Empty: no
+  // authentication, but a peer that asks for it is refused too. Empty or >= 16 bytes.
+  std::string auth_secret;
 };
 
 class RpcServer {
@@ -85,6 +90,8 @@ class RpcServer {
   uint64_t connections_rejected() const;
   // Connections open now.
   size_t open_connections() const;
+  // Connections refused by the authentication (auth_secret), each closed before any request.
+  uint64_t auth_refusals() const;
 
  private:
   RpcServer(const RpcServerOptions& options, uint16_t port);

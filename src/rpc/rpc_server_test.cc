@@ -11,7 +11,6 @@
 #include <thread>
 #include <vector>
 
-#include "rpc/byte_codec.h"
 #include "rpc/rpc_client.h"
 #include "rpc/rpc_test_util.h"
 #include "common/wait_for.h"
@@ -249,6 +248,65 @@ TEST(RpcServerTest, GarbageClosesOnlyItsConnectionAndIsCounted) {
   EXPECT_EQ(server->bad_frames(), 1u);
   ExpectEcho(client, server->port(), "after");  // the pooled connection was not touched
   EXPECT_EQ(server->connections_accepted(), 2u);
+}
+
+// Bytes corrupted in transit: the server never runs the request; it answers with a closing
+// notice naming the checksum mismatch and closes, and other connections go on.
+TEST(RpcServerTest, CorruptedRequestGetsAClosingNoticeAndIsNeverRun) {
+  std::atomic<int> runs{0};
+  Result<std::unique_ptr<RpcServer>> created = RpcServer::Create({});
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<RpcServer> server = std::move(created).value();
+  ASSERT_TRUE(server
+                  ->RegisterHandler(kEchoType + 1,
+                                    [&runs](std::string_view payload, const PeerInfo&) {
+                                      runs.fetch_add(1);
+                                      return Result<std::string>(std::string(payload));
+                                    })
+                  .ok());
+  ASSERT_TRUE(server->Start().ok());
+  const std::string good = RequestFrame(kEchoType + 1, 1, "some request payload");
+  struct Case {
+    size_t at;
+    const char* expect;
+  };
+  for (const Case& c : {Case{rpc::kFrameHeaderSize + 5, "payload checksum mismatch"},
+                        Case{9, "header checksum mismatch"}}) {
+    SCOPED_TRACE(c.expect);
+    std::string bad = good;
+    bad[c.at] = static_cast<char>(bad[c.at] ^ 0x20);
+    UniqueFd fd = RawConnect(server->port());
+    ASSERT_TRUE(RawSend(fd.get(), bad));
+    auto notice = RawReadFrame(fd.get());
+    ASSERT_TRUE(notice.ok()) << notice.status();
+    EXPECT_TRUE(notice->first.is_notice());
+    const Status why = rpc::DecodeErrorPayload(notice->second);
+    EXPECT_NE(why.message().find(c.expect), std::string::npos) << why;
+    EXPECT_TRUE(ClosedWithin(fd.get(), 3s));
+  }
+  EXPECT_EQ(server->bad_frames(), 2u);
+  EXPECT_EQ(runs.load(), 0);
+  RpcClient client;
+  Result<std::string> r = client.Call(Local(server->port()), kEchoType + 1, "intact", 5s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "intact");
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST(RpcServerTest, PeerOfAnotherVersionIsRefusedOnItsFirstBytes) {
+  // A version-1 header is shorter (24 bytes); the server must not wait for 32.
+  RpcServerOptions o;
+  o.io_timeout = 10s;
+  auto server = StartEchoServer(o);
+  std::string v1 = RequestFrame(kEchoType, 1, "").substr(0, 24);
+  v1[4] = 1;
+  UniqueFd fd = RawConnect(server->port());
+  ASSERT_TRUE(RawSend(fd.get(), v1));
+  auto notice = RawReadFrame(fd.get(), 3s);
+  ASSERT_TRUE(notice.ok()) << notice.status();
+  const Status why = rpc::DecodeErrorPayload(notice->second);
+  EXPECT_NE(why.message().find("version 1"), std::string::npos) << why;
+  EXPECT_TRUE(ClosedWithin(fd.get(), 3s));
 }
 
 TEST(RpcServerTest, ResponseFrameFromAClientIsABadFrame) {

@@ -39,6 +39,7 @@ Result<std::pair<FrameHeader, std::string>> RawReadFrame(int fd,
                                                     kDefaultMaxFrameBytes));
   std::string payload(h.payload_len, '\0');
   RETURN_IF_ERROR(RecvExact(fd, payload.data(), payload.size(), deadline));
+  RETURN_IF_ERROR(VerifyFramePayload(h, payload));
   return std::make_pair(h, std::move(payload));
 }
 

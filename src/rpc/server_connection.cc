@@ -5,18 +5,27 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 
 namespace ferry::rpc {
 
 ServerConnection::ServerConnection(UniqueFd fd, PeerInfo peer, const ConnectionLimits& limits,
-                                   Deadline now)
-    : fd_(std::move(fd)), peer_(std::move(peer)), limits_(limits), last_progress_(now) {}
+                                   auth::Handshake handshake, Deadline now)
+    : fd_(std::move(fd)),
+      peer_(std::move(peer)),
+      limits_(limits),
+      auth_(std::move(handshake)),
+      accepted_at_(now),
+      last_progress_(now) {}
 
 short ServerConnection::PollEvents() const {
   switch (phase_) {
+    case Phase::kAuth:
+      return auth_.output().empty() ? POLLIN : POLLOUT;
     case Phase::kReading:
+    case Phase::kDraining:
       return POLLIN;
     case Phase::kWriting:
       return POLLOUT;
@@ -28,10 +37,17 @@ short ServerConnection::PollEvents() const {
 
 Deadline ServerConnection::deadline() const {
   switch (phase_) {
+    case Phase::kAuth:
+      // With a secret the whole handshake is bounded from the accept; without one this only
+      // waits for the first frame's first bytes, as an idle connection would.
+      if (auth_.has_secret()) return accepted_at_ + limits_.io_timeout;
+      return last_progress_ + (auth_began_ ? limits_.io_timeout : limits_.idle_timeout);
     case Phase::kReading:
       return last_progress_ + (header_have_ == 0 ? limits_.idle_timeout : limits_.io_timeout);
     case Phase::kWriting:
       return last_progress_ + limits_.io_timeout;
+    case Phase::kDraining:
+      return drain_until_;
     case Phase::kHandling:
       break;
   }
@@ -64,8 +80,90 @@ void ServerConnection::GrowPayloadBuffer() {
   payload_.resize(std::min<size_t>(header_.payload_len, want));
 }
 
+ServerConnection::Outcome ServerConnection::BadFrame(std::string why, Deadline now,
+                                                     std::string* error) {
+  // The peer learns why before the close (rpc/frame.h: the closing notice); the notice is
+  // written from the loop's next turn on, like any response.
+  out_ = EncodeClosingNotice(
+      InvalidArgumentError("rpc server closed the connection after a bad frame: " + why));
+  out_sent_ = 0;
+  closing_ = true;
+  phase_ = Phase::kWriting;
+  last_progress_ = now;
+  drain_until_ = now + limits_.io_timeout;
+  *error = std::move(why);
+  return Outcome::kBadFrame;
+}
+
+ServerConnection::Outcome ServerConnection::Drain(Deadline now, std::string* error) {
+  // A bounded number of reads per turn: a peer that floods cannot hold the loop.
+  char scratch[4096];
+  for (int i = 0; i < 16; ++i) {
+    const ssize_t n = recv(fd_.get(), scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (n == 0) return Outcome::kPeerClosed;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Outcome::kPending;
+      *error = "recv while closing: " + ErrnoText(errno);
+      return Outcome::kIoError;
+    }
+    last_progress_ = now;
+  }
+  return Outcome::kPending;
+}
+
+ServerConnection::Outcome ServerConnection::Authenticate(Deadline now, std::string* error) {
+  while (phase_ == Phase::kAuth) {
+    if (auth_.denied()) {
+      auth::FlushRefusal(auth_, fd_.get());  // best-effort: the peer learns why
+      *error = auth_.error().message();
+      return Outcome::kDenied;
+    }
+    if (auth_.done()) {
+      const std::span<const uint8_t> first = auth_.passthrough();  // <= 4 bytes of a frame
+      std::memcpy(header_bytes_, first.data(), first.size());
+      header_have_ = first.size();
+      last_progress_ = now;
+      phase_ = Phase::kReading;
+      break;
+    }
+    const std::span<const uint8_t> out = auth_.output();
+    if (!out.empty()) {
+      const ssize_t n = send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return Outcome::kPending;
+        *error = "send during authentication: " + ErrnoText(errno);
+        return Outcome::kIoError;
+      }
+      auth_.Sent(static_cast<size_t>(n));
+      last_progress_ = now;
+      continue;
+    }
+    uint8_t in[auth::kMessageSize];
+    const ssize_t n = recv(fd_.get(), in, std::min(sizeof(in), auth_.want()), MSG_DONTWAIT);
+    if (n == 0) return Outcome::kPeerClosed;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Outcome::kPending;
+      *error = "recv during authentication: " + ErrnoText(errno);
+      return Outcome::kIoError;
+    }
+    auth_.Received(std::span<const uint8_t>(in, static_cast<size_t>(n)));
+    auth_began_ = true;
+    last_progress_ = now;
+  }
+  return Outcome::kPending;
+}
+
 ServerConnection::Outcome ServerConnection::OnReadable(Deadline now, InboundRequest* request,
                                                        std::string* error) {
+  if (phase_ == Phase::kDraining) return Drain(now, error);
+  if (phase_ == Phase::kAuth) {
+    if (Outcome o = Authenticate(now, error); o != Outcome::kPending || phase_ == Phase::kAuth) {
+      return o;
+    }
+  }
   while (phase_ == Phase::kReading) {
     const bool in_header = header_have_ < kFrameHeaderSize;
     if (!in_header && payload_have_ == payload_.size() && payload_.size() < header_.payload_len) {
@@ -85,11 +183,20 @@ ServerConnection::Outcome ServerConnection::OnReadable(Deadline now, InboundRequ
       }
       last_progress_ = now;
       (in_header ? header_have_ : payload_have_) += static_cast<size_t>(n);
+      if (in_header && header_have_ < kFrameHeaderSize) {
+        // A peer of another version may send a shorter header: refuse it on its first bytes.
+        Status prefix = FramePrefixError(std::string_view(header_bytes_, header_have_));
+        if (!prefix.ok()) return BadFrame(prefix.message(), now, error);
+      }
       if (in_header && header_have_ == kFrameHeaderSize) {
-        if (Outcome o = OnHeader(error); o != Outcome::kPending) return o;
+        if (OnHeader(error) != Outcome::kPending) return BadFrame(*error, now, error);
       }
     }
     if (header_have_ == kFrameHeaderSize && payload_have_ == header_.payload_len) {
+      // Corrupted bytes are never handled.
+      if (Status intact = VerifyFramePayload(header_, payload_); !intact.ok()) {
+        return BadFrame(intact.message(), now, error);
+      }
       request->header = header_;
       request->payload = std::move(payload_);
       payload_.clear();
@@ -110,7 +217,15 @@ void ServerConnection::StartResponse(std::string frame, Deadline now) {
 }
 
 ServerConnection::Outcome ServerConnection::OnWritable(Deadline now, std::string* error) {
+  if (phase_ == Phase::kAuth) return Authenticate(now, error);
   while (phase_ == Phase::kWriting) {
+    if (out_sent_ == out_.size() && closing_) {
+      // The notice is out: end our side (the peer reads it, then EOF) and drain until it closes.
+      (void)shutdown(fd_.get(), SHUT_WR);
+      out_.clear();
+      phase_ = Phase::kDraining;
+      break;
+    }
     if (out_sent_ == out_.size()) {
       out_.clear();
       out_.shrink_to_fit();

@@ -166,10 +166,18 @@ void ServerLoop::AcceptReady(Deadline now) {
                        << options_.max_connections << " connections are open";
       continue;  // `fd` closes here
     }
+    Result<auth::Handshake> handshake =
+        auth::Handshake::Server(auth::Channel::kRpc, options_.auth_secret, address.ToString());
+    if (!handshake.ok()) {
+      FERRY_LOG(kError) << "rpc server refused a connection from " << address.ToString() << ": "
+                        << handshake.status();
+      continue;  // `fd` closes here
+    }
     const uint64_t id = next_connection_id_++;
     accepted_.fetch_add(1, std::memory_order_relaxed);
     connections_.emplace(id, std::make_unique<ServerConnection>(
-                                 std::move(fd), PeerInfo{address, id}, options_.limits, now));
+                                 std::move(fd), PeerInfo{address, id}, options_.limits,
+                                 std::move(handshake).value(), now));
     open_.store(connections_.size(), std::memory_order_relaxed);
   }
 }
@@ -208,9 +216,12 @@ void ServerLoop::Handle(uint64_t id, Outcome outcome, InboundRequest* request,
       bad_frames_.fetch_add(1, std::memory_order_relaxed);
       FERRY_LOG(kWarn) << "rpc server closing connection from " << peer.address.ToString() << ": "
                        << error;
-      break;
+      return;  // it writes its closing notice, then drains until the peer closes (or expires)
     case Outcome::kIoError:
       FERRY_LOG(kDebug) << "rpc connection from " << peer.address.ToString() << ": " << error;
+      break;
+    case Outcome::kDenied:
+      refusals_.Refused("rpc server", peer.address.ToString(), PermissionDeniedError(error));
       break;
   }
   Close(id);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/peer_auth.h"
 #include "ferry/status.h"
 #include "rpc/server_connection.h"
 
@@ -33,6 +34,7 @@ class ServerLoop {
   struct Options {
     ConnectionLimits limits;
     size_t max_connections = 256;  // connections beyond this are accepted and closed at once
+    std::string auth_secret;       // see RpcServerOptions::auth_secret (validated)
   };
 
   // Takes ownership of `listener`, a listening non-blocking socket.
@@ -55,6 +57,7 @@ class ServerLoop {
   uint64_t connections_accepted() const { return accepted_.load(std::memory_order_relaxed); }
   uint64_t connections_rejected() const { return rejected_.load(std::memory_order_relaxed); }
   size_t open_connections() const { return open_.load(std::memory_order_relaxed); }
+  uint64_t auth_refusals() const { return refusals_.count(); }
 
  private:
   using Outcome = ServerConnection::Outcome;
@@ -90,6 +93,7 @@ class ServerLoop {
   std::atomic<uint64_t> accepted_{0};
   std::atomic<uint64_t> rejected_{0};
   std::atomic<size_t> open_{0};  // connections_.size(), readable from any thread
+  auth::RefusalLog refusals_;    // connections that failed authentication
 
   Mutex lifecycle_mu_;
   bool started_ GUARDED_BY(lifecycle_mu_) = false;

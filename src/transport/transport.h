@@ -6,8 +6,11 @@
 //
 // Life of a transfer, as the engine drives it:
 //   1. Start(ctx, info) once; the returned bytes are published as SegmentDesc::transports[name].
-//   2. RegisterMemory for every region registered for this transport; the returned key is
-//      published as BufferDesc::keys[name]. UnregisterMemory after the region's pins drained.
+//   2. RegisterMemory for every region registered for this transport, with the region's
+//      MemoryAccess. A remote-accessible region's key is published as BufferDesc::keys[name];
+//      a local-only region's key is never published, and the transport grants no remote access
+//      to it (no remote rights at the provider). UnregisterMemory after the region's pins
+//      drained.
 //   3. Connect(peer descriptor) makes per-peer state lazily; a new incarnation of the peer gets
 //      a new link.
 //   4. Submit(link, slices): each slice ends in exactly one ctx->CompleteSlice(slice, status),
@@ -36,6 +39,11 @@
 #include "ferry/types.h"
 
 namespace ferry {
+
+// Who may reach a registered region. kLocal: only this process's own transfers (as their local
+// side); a peer's access is refused, whatever key or address it crafts. kRemote: peers too,
+// through the published key, each access checked by the target (PinRemoteAccess).
+enum class MemoryAccess : uint8_t { kLocal, kRemote };
 
 struct TransportCapabilities {
   bool reaches_other_hosts = true;  // false: same-host only (shm, cxl, cuda-ipc)
@@ -94,6 +102,11 @@ struct Slice {
 struct TransportStartInfo {
   std::string local_segment;  // this engine's segment name
   std::string bind_host;      // where this engine listens (its RPC host)
+  // The cluster secret (EngineOptions::auth_secret; empty: none, or >= 16 bytes, validated by
+  // the engine). A transport that opens its own connections runs common/peer_auth.h's
+  // handshake on each before its first frame, and refuses peers that fail it; a transport
+  // whose set-up runs over the engine's RPC (Exchange) is covered by the RPC's handshake.
+  std::string auth_secret = {};
 };
 
 
@@ -148,8 +161,12 @@ class Transport {
   // Returns the opaque key for BufferDesc::keys[name()]. NotFound means "this transport cannot
   // reach this memory" (e.g. outside a cxl window): the engine registers the region without
   // this transport. Any other error fails the registration.
+  // `access` kLocal: the region is only ever the local side of this process's slices. The
+  // transport registers it for local use only (e.g. an RDMA MR without FI_REMOTE_READ/WRITE), so
+  // that an access a peer crafts with the key this call returns (the engine does not publish it)
+  // fails at the provider or at the target's check and moves no byte.
   virtual Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
-                                             const Location& location) = 0;
+                                             const Location& location, MemoryAccess access) = 0;
   virtual Status UnregisterMemory(uint64_t addr, uint64_t length) = 0;
 
   // Optional (capabilities().allocates_shared_memory): `length` bytes that peers on this host

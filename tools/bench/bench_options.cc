@@ -121,10 +121,13 @@ Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptio
 
 // Applies one "--flag=value" to `out`. `has_value` is false for a bare "--flag".
 Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, BenchOptions& out) {
-  if (flag == "check" || flag == "json" || flag == "managed") {
+  if (flag == "check" || flag == "json" || flag == "managed" || flag == "tcp_payload_checksum") {
     const auto on = has_value ? ParseBool(value) : std::optional<bool>(true);
     if (!on) return BadValue(flag, value, "true|false");
-    (flag == "check" ? out.check : flag == "json" ? out.json : out.managed) = *on;
+    (flag == "check"                  ? out.check
+     : flag == "json"                 ? out.json
+     : flag == "tcp_payload_checksum" ? out.tcp_payload_checksum
+                                      : out.managed) = *on;
     return Status::Ok();
   }
   if (!has_value) {
@@ -258,6 +261,7 @@ EngineOptions MakeEngineOptions(const BenchOptions& o) {
   e.cxl_window = o.cxl_window;
   e.cxl_window_size = o.cxl_window_size;
   if (o.slice_size != 0) e.slice_size = o.slice_size;
+  e.tcp_payload_checksum = o.tcp_payload_checksum;
   return e;
 }
 
@@ -358,6 +362,9 @@ flags:
   --buffer_size=BYTES         registered bytes (default max(256M, threads*batch*block))
   --slice_size=BYTES          the engine cuts requests into slices of at most this
                               (EngineOptions::slice_size; default the engine's, 256K)
+  --tcp_payload_checksum=false
+                              tcp: send payloads without their CRC32C (headers keep theirs;
+                              EngineOptions::tcp_payload_checksum, default true)
   --check                     target: fill the buffer with the read pattern.
                               initiator read: verify every block read (against a target
                               started with --check, before any write ran against it).

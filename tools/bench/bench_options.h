@@ -49,6 +49,7 @@ struct BenchOptions {
   uint64_t buffer_size = 0;     // 0: max(256 MiB, threads * batch_size * block_size)
   bool check = false;
   bool json = false;
+  bool tcp_payload_checksum = true;  // EngineOptions::tcp_payload_checksum
   bool help = false;
 
   // Bytes every thread's slice spans: batch_size * block_size.

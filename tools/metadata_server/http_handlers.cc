@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <exception>
@@ -107,14 +108,47 @@ void HandleGet(KvStore& store, const httplib::Request& req, httplib::Response& r
          "application/json");
 }
 
-void HandlePut(KvStore& store, const httplib::Request& req, httplib::Response& res) {
+// PUT with its body already read (by HandleBoundedPut): `body`.
+void HandlePutBody(KvStore& store, const httplib::Request& req, std::string body,
+                   httplib::Response& res) {
   std::string key;
   std::chrono::seconds ttl;
   if (!RequireKey(req, res, &key) || !ParseTtl(req, res, &ttl)) return;
   if (!IsUtf8(key)) return Answer(res, 400, "the key is not valid UTF-8");
-  const Status s = store.Put(key, req.body, ttl);
+  const Status s = store.Put(key, std::move(body), ttl);
   if (!s.ok()) return AnswerStoreError(res, s);
   Answer(res, 200, "metadata updated");
+}
+
+// PUT as the server runs it: the body streams through `read` into a string that never grows
+// past `max_body`, however it is framed. cpp-httplib 0.11 applies its payload limit to a
+// Content-Length body only (answering 413 after skipping it); a chunked body it would buffer
+// whole. A refused body is not read to its end, so the connection closes after the answer.
+void HandleBoundedPut(KvStore& store, size_t max_body, const httplib::Request& req,
+                      httplib::Response& res, const httplib::ContentReader& read) {
+  std::string body;
+  bool over_limit = false;
+  const bool complete = read([&](const char* data, size_t size) {
+    if (size > max_body - body.size()) {
+      over_limit = true;
+      return false;
+    }
+    body.append(data, size);
+    return true;
+  });
+  if (over_limit || res.status == 413) {  // 413: an announced Content-Length over the limit
+    res.set_header("Connection", "close");
+    return Answer(res, 413,
+                  "the body exceeds the server's limit of " + std::to_string(max_body) +
+                      " bytes (--max-body)");
+  }
+  if (!complete) {
+    res.set_header("Connection", "close");
+    return Answer(res, 400,
+                  "the request body could not be read (bad chunked encoding, or the "
+                  "client stopped sending)");
+  }
+  HandlePutBody(store, req, std::move(body), res);
 }
 
 void HandleDelete(KvStore& store, const httplib::Request& req, httplib::Response& res) {
@@ -151,25 +185,79 @@ std::string LiteralPattern(const std::string& path) {
   return std::regex_replace(path, kSpecial, R"(\$&)");
 }
 
+// The route of `method` on the metadata path; null for a method it does not serve (PUT reads its
+// body through HandleBoundedPut instead). InstallHandlers and HandleRequest both run these.
+httplib::Server::Handler MetadataRoute(KvStore& store, std::string_view method) {
+  if (method == "GET") {
+    return Guarded([&store](const auto& req, auto& res) { HandleGet(store, req, res); });
+  }
+  if (method == "DELETE") {
+    return Guarded([&store](const auto& req, auto& res) { HandleDelete(store, req, res); });
+  }
+  return nullptr;
+}
+
+// GET /health.
+httplib::Server::Handler HealthRoute(KvStore& store) {
+  return Guarded([&store](const auto&, auto& res) { HandleHealth(store, res); });
+}
+
 }  // namespace
 
-void InstallHandlers(httplib::Server& server, KvStore& store, const std::string& path) {
+void InstallHandlers(httplib::Server& server, KvStore& store, const std::string& path,
+                     size_t max_body) {
   // Tells clients that PUT ...&ttl= is honoured (Mooncake's server has no TTLs): ferry's http
   // store refreshes leased keys only against a server that sends this.
   server.set_default_headers({{"X-Ferry-Metadata-Ttl", "1"}});
   const std::string pattern = LiteralPattern(path);
-  server.Get(pattern,
-             Guarded([&store](const auto& req, auto& res) { HandleGet(store, req, res); }));
-  server.Put(pattern,
-             Guarded([&store](const auto& req, auto& res) { HandlePut(store, req, res); }));
-  server.Delete(pattern,
-                Guarded([&store](const auto& req, auto& res) { HandleDelete(store, req, res); }));
-  server.Get("/health", Guarded([&store](const auto&, auto& res) { HandleHealth(store, res); }));
+  server.Get(pattern, MetadataRoute(store, "GET"));
+  // PUT reads its body itself, bounded by max_body; the server's own limit covers the other
+  // methods (and answers an announced Content-Length over it).
+  server.set_payload_max_length(max_body);
+  server.Put(pattern, [&store, max_body](const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader& read) {
+    Guarded([&store, max_body, &read](const httplib::Request& r, httplib::Response& out) {
+      HandleBoundedPut(store, max_body, r, out, read);
+    })(req, res);
+  });
+  server.Delete(pattern, MetadataRoute(store, "DELETE"));
+  server.Get("/health", HealthRoute(store));
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     FERRY_LOG(kDebug) << req.remote_addr << " " << req.method << " " << req.target << " -> "
                       << res.status << " (" << req.body.size() << " bytes in, " << res.body.size()
                       << " out)";
   });
+}
+
+bool HandleRequest(KvStore& store, const std::string& path, size_t max_body,
+                   const httplib::Request& req, httplib::Response& res) {
+  // InstallHandlers' order: the metadata path first (it may be "/health" itself).
+  if (req.path == path && req.method == "PUT") {
+    // The body arrives in pieces, as from a socket, through the server's bounded reader.
+    const httplib::ContentReader read(
+        [&req](const httplib::ContentReceiver& receive) {
+          constexpr size_t kPiece = 4096;
+          for (size_t at = 0; at < req.body.size(); at += kPiece) {
+            if (!receive(req.body.data() + at, std::min(kPiece, req.body.size() - at))) {
+              return false;
+            }
+          }
+          return true;
+        },
+        [](const httplib::MultipartContentHeader&, const httplib::ContentReceiver&) {
+          return false;
+        });
+    Guarded([&store, max_body, &read](const httplib::Request& r, httplib::Response& out) {
+      HandleBoundedPut(store, max_body, r, out, read);
+    })(req, res);
+    return true;
+  }
+  httplib::Server::Handler route;
+  if (req.path == path) route = MetadataRoute(store, req.method);
+  if (!route && req.path == "/health" && req.method == "GET") route = HealthRoute(store);
+  if (!route) return false;
+  route(req, res);
+  return true;
 }
 
 }  // namespace ferry::metadata_server

@@ -2,7 +2,8 @@
 //
 //   GET    <path>?key=K          200 stored bytes (Content-Type application/json) | 404
 //   PUT    <path>?key=K[&ttl=S]  200 | 400 (no key, key not UTF-8, ttl not 1..86400, unreadable
-//                                body) | 413 (body over --max-body) | 507 (--max-keys reached)
+//                                body) | 413 (body over --max-body, however framed; the
+//                                connection then closes) | 507 (--max-keys reached)
 //                                | 500 (the data file could not be written; nothing changed)
 //   DELETE <path>?key=K          200, also when absent | 500 as for PUT
 //   GET    <path>?prefix=P       200 {"keys":[{"key":K,"value_b64":base64(V)},...]}, sorted by key.
@@ -14,11 +15,14 @@
 // only the thread-safe KvStore.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace ferry::metadata_server {
 
@@ -26,6 +30,20 @@ class KvStore;
 
 // Registers the routes above and a debug-level request logger on `server`. `store` is borrowed
 // and must outlive the server's listening. `path` is the resource path ("/metadata").
-void InstallHandlers(httplib::Server& server, KvStore& store, const std::string& path);
+// `max_body` bounds every request body however it is framed (Content-Length or chunked): a PUT
+// body over it is answered 413 and the connection closed, with nothing stored and no more than
+// max_body bytes of it buffered. Sets the server's payload limit to it.
+void InstallHandlers(httplib::Server& server, KvStore& store, const std::string& path,
+                     size_t max_body);
+
+// Runs the route InstallHandlers registers for `req`'s method and path, in-process and without a
+// socket, and returns true; returns false, answering nothing, when no route matches (httplib
+// answers those itself). `req` is what httplib hands a route: the method, the decoded path, the
+// parsed query parameters, the headers and, here, the whole body, which a PUT reads through the
+// same bounded reader as on the server (`max_body` as in InstallHandlers). What the server adds
+// around the routes (default headers, logging) is not applied. No exception leaves it. The fuzz
+// harness fuzz/metadata_http_fuzzer.cc drives the handlers through it.
+bool HandleRequest(KvStore& store, const std::string& path, size_t max_body,
+                   const httplib::Request& req, httplib::Response& res);
 
 }  // namespace ferry::metadata_server

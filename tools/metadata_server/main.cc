@@ -90,8 +90,7 @@ int Serve(const ServerOptions& options) {
     return 2;
   }
   httplib::Server server;
-  server.set_payload_max_length(options.max_body);
-  InstallHandlers(server, **store, options.path);
+  InstallHandlers(server, **store, options.path, options.max_body);
   const int port = Bind(server, options);
   if (port < 0) {
     std::fprintf(stderr, "ferry-metadata-server: cannot listen on %s:%d (%s)\n",

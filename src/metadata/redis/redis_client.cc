@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 namespace ferry::redis {
@@ -74,7 +75,70 @@ class SigpipeBlock {
   bool blocked_ = false;
 };
 
+// hiredis builds reply objects through a table of functions. The connection replaces it with
+// these, which count each object against the budget of the reply being read (t_budget, set
+// around every parse on this thread) before hiredis' own functions build it. A refusal (null)
+// makes hiredis stop parsing with an error, before it allocates what was announced.
+thread_local ReplyBudget* t_budget = nullptr;
+
+const redisReplyObjectFunctions* DefaultReplyFunctions() {
+  static const redisReplyObjectFunctions* const defaults = [] {
+    redisReader* reader = redisReaderCreate();
+    const redisReplyObjectFunctions* fn = reader != nullptr ? reader->fn : nullptr;
+    if (reader != nullptr) redisReaderFree(reader);
+    return fn;
+  }();
+  return defaults;
+}
+
+bool Allow(size_t objects, uint64_t bytes) {
+  return t_budget == nullptr || t_budget->Take(objects, bytes);
+}
+
+void* CreateString(const redisReadTask* task, char* str, size_t len) {
+  return Allow(1, len) ? DefaultReplyFunctions()->createString(task, str, len) : nullptr;
+}
+void* CreateArray(const redisReadTask* task, int elements) {
+  // The slots of an announced count are allocated at once: they count before any element.
+  const size_t slots = elements > 0 ? static_cast<size_t>(elements) : 0;
+  return Allow(1 + slots, 0) ? DefaultReplyFunctions()->createArray(task, elements) : nullptr;
+}
+void* CreateInteger(const redisReadTask* task, long long value) {
+  return Allow(1, 0) ? DefaultReplyFunctions()->createInteger(task, value) : nullptr;
+}
+void* CreateNil(const redisReadTask* task) {
+  return Allow(1, 0) ? DefaultReplyFunctions()->createNil(task) : nullptr;
+}
+void FreeObject(void* reply) { DefaultReplyFunctions()->freeObject(reply); }
+
+// Never written; not const only because hiredis takes the table through a non-const pointer.
+redisReplyObjectFunctions kBoundedReplyFunctions = {CreateString, CreateArray, CreateInteger,
+                                                    CreateNil, FreeObject};
+
+// Points t_budget at one connection's budget for a scope.
+class BudgetScope {
+ public:
+  explicit BudgetScope(ReplyBudget* budget) : previous_(std::exchange(t_budget, budget)) {}
+  ~BudgetScope() { t_budget = previous_; }
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
+
+ private:
+  ReplyBudget* previous_;
+};
+
 }  // namespace
+
+bool ReplyBudget::Take(size_t more_objects, uint64_t more_bytes) {
+  if (more_objects > kMaxRedisReplyObjects - objects ||
+      more_bytes > kMaxRedisReplyBytes - string_bytes) {
+    exceeded = true;
+    return false;
+  }
+  objects += more_objects;
+  string_bytes += more_bytes;
+  return true;
+}
 
 void ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
@@ -155,7 +219,75 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisConfig
   return connection;
 }
 
+RedisConnection::RedisConnection(redisContext* context, HostPort server)
+    : context_(context), server_(std::move(server)) {
+  if (context_->reader != nullptr && DefaultReplyFunctions() != nullptr) {
+    context_->reader->fn = &kBoundedReplyFunctions;
+  }
+}
+
 RedisConnection::~RedisConnection() { redisFree(context_); }
+
+Status RedisConnection::ParseError(std::string_view what) {
+  broken_ = true;
+  if (budget_.exceeded) {
+    over_limit_ = true;
+    return InternalError("redis " + server_.ToString() + " " + std::string(what) +
+                         ": the reply exceeds the client's limits (" +
+                         std::to_string(kMaxRedisReplyBytes) + " bytes, " +
+                         std::to_string(kMaxRedisReplyObjects) +
+                         " elements, or a line too long for its type); not read, connection "
+                         "closed");
+  }
+  return UnavailableError("redis " + server_.ToString() + " " + std::string(what) +
+                          ": protocol error: " + context_->reader->errstr);
+}
+
+Status RedisConnection::CheckBuffered(std::string_view what) {
+  // hiredis rescans an unfinished line on every read, so a line is held to a length that keeps
+  // that cheap: a length or integer line to kMaxNumberLine, a status or error line to
+  // kMaxTextLine. A bulk string's payload (after its length line) may take up to the reply limit.
+  constexpr size_t kMaxNumberLine = 32;
+  constexpr size_t kMaxTextLine = 64 << 10;
+  const redisReader& reader = *context_->reader;
+  const size_t unconsumed = reader.len - reader.pos;
+  size_t limit = kMaxRedisReplyBytes;
+  if (reader.ridx >= 0) {
+    switch (reader.rstack[reader.ridx].type) {
+      case REDIS_REPLY_STRING:
+      case REDIS_REPLY_ARRAY:
+      case REDIS_REPLY_INTEGER:
+        if (std::memchr(reader.buf + reader.pos, '\n', std::min(unconsumed, kMaxNumberLine)) ==
+            nullptr) {
+          limit = kMaxNumberLine;
+        }
+        break;
+      case REDIS_REPLY_STATUS:
+      case REDIS_REPLY_ERROR:
+        limit = kMaxTextLine;
+        break;
+      default:
+        break;
+    }
+  }
+  if (unconsumed <= limit) return Status::Ok();
+  budget_.exceeded = true;
+  return ParseError(what);
+}
+
+Result<Reply> RedisConnection::ReadReply(std::string_view what) {
+  const BudgetScope scope(&budget_);
+  for (;;) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(context_->reader, &raw) != REDIS_OK) return ParseError(what);
+    if (raw != nullptr) {
+      budget_ = {};
+      return Reply(static_cast<redisReply*>(raw));
+    }
+    RETURN_IF_ERROR(CheckBuffered(what));
+    if (redisBufferRead(context_) != REDIS_OK) return IoError(what, errno);
+  }
+}
 
 Status RedisConnection::IoError(std::string_view what, int saved_errno) {
   broken_ = true;
@@ -190,15 +322,13 @@ Result<std::vector<Reply>> RedisConnection::RunAll(const std::vector<Args>& comm
       return IoError("sending " + std::string(args.front()), errno);
     }
   }
+  if (commands.empty()) return std::vector<Reply>();
+  RETURN_IF_ERROR(Flush(commands.front().front()));
   std::vector<Reply> replies;
   replies.reserve(commands.size());
-  const SigpipeBlock no_sigpipe;  // redisGetReply writes the commands first
   for (const Args& args : commands) {
-    void* raw = nullptr;
-    if (redisGetReply(context_, &raw) != REDIS_OK) {
-      return IoError(std::string(args.front()), errno);
-    }
-    replies.emplace_back(static_cast<redisReply*>(raw));
+    ASSIGN_OR_RETURN(Reply reply, ReadReply(args.front()));
+    replies.push_back(std::move(reply));
   }
   return replies;
 }
@@ -214,19 +344,18 @@ Status RedisConnection::Send(const Args& args) {
 }
 
 Result<Reply> RedisConnection::TakeBuffered() {
+  if (broken_) return UnavailableError("redis " + server_.ToString() + ": connection broken");
+  const BudgetScope scope(&budget_);
   void* raw = nullptr;
-  if (redisReaderGetReply(context_->reader, &raw) != REDIS_OK) {
-    broken_ = true;
-    return UnavailableError("redis " + server_.ToString() +
-                            ": protocol error: " + context_->reader->errstr);
-  }
+  if (redisReaderGetReply(context_->reader, &raw) != REDIS_OK) return ParseError("message");
+  if (raw != nullptr) budget_ = {};  // the budget of a message spans reads until it completes
   return Reply(static_cast<redisReply*>(raw));
 }
 
 Status RedisConnection::ReadAvailable() {
   if (broken_) return UnavailableError("redis " + server_.ToString() + ": connection broken");
   if (redisBufferRead(context_) != REDIS_OK) return IoError("read", errno);
-  return Status::Ok();
+  return CheckBuffered("message");
 }
 
 int RedisConnection::fd() const { return context_->fd; }
@@ -267,7 +396,7 @@ Result<T> RedisClient::WithConnection(Fn&& fn) {
     Result<T> result = fn(*connection);
     // A pooled connection the server closed (restart, idle timeout) says nothing about the
     // server now: every idle one is probably stale too, so retry once on a fresh connection.
-    if (connection->broken() && reused && !connection->timed_out()) {
+    if (connection->broken() && reused && !connection->timed_out() && !connection->over_limit()) {
       DropIdle();
       continue;
     }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,6 +32,23 @@ using Args = std::vector<std::string_view>;
 // The pub/sub channel every ferry Put/Delete is announced on: "set <db> <key>" / "del <db> <key>".
 inline constexpr std::string_view kEventsChannel = "ferry:events";
 
+// What one reply may make this process hold, so that a hostile or broken server cannot grow it
+// without bound: the bytes of its strings together, the bytes buffered while a string (or a
+// line) is still arriving, and its reply objects (every element, plus every array slot an
+// announced count allocates before the elements come). A reply over either limit breaks the
+// connection with kInternal naming the limit.
+inline constexpr size_t kMaxRedisReplyBytes = size_t{64} << 20;
+inline constexpr size_t kMaxRedisReplyObjects = size_t{1} << 20;
+
+// What the reply being read holds so far (RedisConnection's; counted by its reply hooks).
+struct ReplyBudget {
+  size_t objects = 0;
+  uint64_t string_bytes = 0;
+  bool exceeded = false;
+  // Counts `objects` more and `bytes` more string bytes; false (and `exceeded`) past a limit.
+  bool Take(size_t more_objects, uint64_t more_bytes);
+};
+
 // Escapes redis glob metacharacters (* ? [ ] \) so that `text` matches only itself in a SCAN
 // MATCH or PSUBSCRIBE pattern.
 std::string GlobEscape(std::string_view text);
@@ -41,8 +60,9 @@ bool IsString(const redisReply& reply);
 const redisReply& Element(const redisReply& reply, size_t i);
 
 // One synchronous, authenticated connection on the configured db. Every send and receive is
-// bounded by the timeout given to Open. After an I/O error or a timeout broken() is true and
-// the connection must be discarded. Thread contract: one thread at a time.
+// bounded by the timeout given to Open, and every reply by kMaxRedisReplyBytes and
+// kMaxRedisReplyObjects. After an I/O error, a timeout or a reply over the limits broken() is
+// true and the connection must be discarded. Thread contract: one thread at a time.
 class RedisConnection {
  public:
   // Connects within `timeout`, then AUTH (when a password is configured) and SELECT (db != 0).
@@ -71,19 +91,27 @@ class RedisConnection {
 
   bool broken() const { return broken_; }
   bool timed_out() const { return timed_out_; }
+  bool over_limit() const { return over_limit_; }
   const HostPort& server() const { return server_; }
 
  private:
-  RedisConnection(redisContext* context, HostPort server)
-      : context_(context), server_(std::move(server)) {}
+  RedisConnection(redisContext* context, HostPort server);
   // Marks the connection broken; kUnavailable naming the server, `what` and hiredis' error.
   Status IoError(std::string_view what, int saved_errno);
   Status Flush(std::string_view what);
+  // Reads until one whole reply is parsed, within the reply limits. `what` names the command.
+  Result<Reply> ReadReply(std::string_view what);
+  // The reader's parse error (or the exceeded limit) for `what`; marks the connection broken.
+  Status ParseError(std::string_view what);
+  // Breaks the connection when the bytes buffered for an unfinished reply pass the limit.
+  Status CheckBuffered(std::string_view what);
 
   redisContext* context_;  // owned
   const HostPort server_;
+  ReplyBudget budget_;  // of the reply being parsed; reset when one completes
   bool broken_ = false;
   bool timed_out_ = false;
+  bool over_limit_ = false;  // broken by a reply over the limits (a fresh connection won't help)
 };
 
 // The error reply `reply` as a Status: kUnavailable for transient server states (LOADING,

@@ -10,7 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
 
 #include "common/mutex.h"
 #include "metadata/redis/redis_client.h"
@@ -514,6 +519,138 @@ TEST(RedisStoreTest, DestroyingWatchStopsPromptly) {
   EXPECT_EQ(watcher, nullptr);
   auto refused = CreateRedisStore(Config(*server), Options());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+}
+
+// ---- a hostile server ----------------------------------------------------------------------
+
+// A server on 127.0.0.1 that answers the first command of each connection with `reply`, a
+// function that writes to the socket until it returns (a send failing because the client
+// closed ends it too). One connection at a time, on its own thread.
+class HostileRedis {
+ public:
+  using ReplyFn = std::function<void(const std::function<bool(std::string_view)>& send)>;
+
+  explicit HostileRedis(ReplyFn reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::listen(fd_, 8) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen: " << std::strerror(errno);
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~HostileRedis() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);  // wakes accept()
+    if (thread_.joinable()) thread_.join();
+    ::close(fd_);
+  }
+  RedisConfig config() const { return RedisConfig{.server = {"127.0.0.1", port_}}; }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      const int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) return;
+      timeval tv{.tv_sec = 5, .tv_usec = 0};  // a client that stops reading ends the reply
+      ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      char command[4096];
+      if (::recv(conn, command, sizeof(command), 0) > 0) {
+        reply_([conn](std::string_view bytes) {
+          return ::send(conn, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+                 static_cast<ssize_t>(bytes.size());
+        });
+      }
+      ::close(conn);
+    }
+  }
+
+  ReplyFn reply_;
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Sends `header`, then `unit` repeatedly until `total` bytes went or a send failed.
+HostileRedis::ReplyFn Stream(std::string header, std::string unit, size_t total) {
+  return [header = std::move(header), unit = std::move(unit), total](const auto& send) {
+    if (!send(header) || unit.empty()) return;
+    std::string block;
+    while (block.size() < (64 << 10)) block += unit;
+    for (size_t sent = 0; sent < total; sent += block.size()) {
+      if (!send(block)) return;
+    }
+  };
+}
+
+// Whatever the server sends, one reply never makes the client hold more than the reply limits:
+// it breaks the connection with an error naming them instead (kInternal, not retried).
+TEST(RedisHostileServerTest, RepliesOverTheLimitsAreRefusedNotBuffered) {
+  struct Case {
+    const char* what;
+    HostileRedis::ReplyFn reply;
+  };
+  const size_t beyond = redis::kMaxRedisReplyBytes + (size_t{16} << 20);
+  std::vector<Case> cases;
+  cases.push_back({"a bulk string announced at 1 GB, streamed without end",
+                   Stream("$1000000000\r\n", "x", beyond)});
+  cases.push_back({"a status line that never ends", Stream("+", "a", beyond)});
+  cases.push_back({"a length line that never ends", Stream("$1", "0", beyond)});
+  cases.push_back({"an array announced with 2^31-1 elements", Stream("*2147483647\r\n", "", 0)});
+  cases.push_back(
+      {"an array of a million small elements", Stream("*1000000\r\n", ":1\r\n", 4000000)});
+  cases.push_back({"an array of strings that together pass the byte limit", [](const auto& send) {
+                     const std::string one = "$1048576\r\n" + std::string(1 << 20, 'v') + "\r\n";
+                     if (!send("*100\r\n")) return;
+                     for (int i = 0; i < 100 && send(one); ++i) {
+                     }
+                   }});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    HostileRedis server(std::move(c.reply));
+    redis::RedisClient client(server.config(), 5000ms);
+    const auto start = Clock::now();
+    Result<std::string> got = client.Get("k");
+    EXPECT_EQ(got.status().code(), StatusCode::kInternal) << got.status();
+    EXPECT_NE(got.status().message().find("exceeds"), std::string::npos) << got.status();
+    EXPECT_LT(Clock::now() - start, 4500ms) << "cut off by the limit, not by the timeout";
+  }
+
+  // A subscriber reads on its own schedule (ReadAvailable / TakeBuffered): the same limits.
+  HostileRedis server(Stream("*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1000000000\r\n", "m", beyond));
+  Result<std::unique_ptr<redis::RedisConnection>> subscriber =
+      redis::RedisConnection::Open(server.config(), 5000ms);
+  ASSERT_TRUE(subscriber.ok()) << subscriber.status();
+  ASSERT_TRUE((*subscriber)->Send({"SUBSCRIBE", "c"}).ok());
+  Status ended = Status::Ok();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        Result<redis::Reply> message = (*subscriber)->TakeBuffered();
+        ended =
+            message.ok() && *message == nullptr ? (*subscriber)->ReadAvailable() : message.status();
+        return !ended.ok();
+      },
+      10s, 0ms));
+  EXPECT_EQ(ended.code(), StatusCode::kInternal) << ended;
+  EXPECT_TRUE((*subscriber)->broken());
+}
+
+TEST(RedisHostileServerTest, RepliesWithinTheLimitsAreRead) {
+  const std::string big(1 << 20, 'b');
+  HostileRedis server(
+      [&big](const auto& send) { send("$" + std::to_string(big.size()) + "\r\n" + big + "\r\n"); });
+  redis::RedisClient client(server.config(), 5000ms);
+  Result<std::string> got = client.Get("k");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, big);
 }
 
 }  // namespace

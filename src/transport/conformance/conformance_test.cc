@@ -94,9 +94,11 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
     return sides_.back().get();
   }
 
-  // Allocates `allocation` bytes on `side` and registers [offset, offset + length) of them.
+  // Allocates `allocation` bytes on `side` and registers [offset, offset + length) of them,
+  // with `access` (a kLocal region is also local-only in the side's context, as the engine's
+  // registry would have it).
   Region* Register(Side* side, size_t length, size_t allocation = 0, size_t offset = 0,
-                   uint64_t generation = 7) {
+                   uint64_t generation = 7, MemoryAccess access = MemoryAccess::kRemote) {
     if (allocation == 0) allocation = length;
     auto region = std::make_unique<Region>();
     const Target& target = GetParam();
@@ -114,11 +116,12 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
     region->length = length;
     region->generation = generation;
     Result<std::string> key =
-        side->transport->RegisterMemory(Addr(region->data), length, Location::Cpu());
+        side->transport->RegisterMemory(Addr(region->data), length, Location::Cpu(), access);
     EXPECT_TRUE(key.ok()) << key.status();
     if (!key.ok()) return nullptr;
     region->key = *key;
-    side->ctx->AddRegion(region->data, length, generation, true, target.transport);
+    side->ctx->AddRegion(region->data, length, generation, access == MemoryAccess::kRemote,
+                         target.transport);
     regions_.push_back(std::move(region));
     return regions_.back().get();
   }
@@ -285,6 +288,68 @@ TEST_P(ConformanceTest, OutOfRangeAccessIsRefusedAndNothingIsWritten) {
       << "an out-of-range write changed target memory";
 }
 
+// A local-only region is never published, but a peer may guess or learn its address and the key
+// its transport made for it (the rdma rkey, the shm buffer id...). Requests crafted with exactly
+// those fail, and move no byte either way: the region and the guard bytes around it stay as they
+// were, and a read returns none of its bytes. A local-only region still works as the local side
+// of this process's own transfers.
+TEST_P(ConformanceTest, LocalOnlyRegionRefusesPeersEvenWithItsRealKey) {
+  constexpr size_t kAlloc = 512 * kKiB;
+  constexpr size_t kOffset = 128 * kKiB;
+  constexpr size_t kLength = 256 * kKiB;
+  Region* secret = Register(target_, kLength, kAlloc, kOffset, 7, MemoryAccess::kLocal);
+  Region* open = Register(target_, 64 * kKiB);
+  Region* local = Register(initiator_, 2 * kLength, 0, 0, 7, MemoryAccess::kLocal);
+  ASSERT_TRUE(secret && open && local);
+  std::shared_ptr<PeerLink> link = Connect(target_);
+  ASSERT_TRUE(link);
+
+  // The local-only initiator region moves bytes to and from a remote-accessible region.
+  Fill(local->data, 64 * kKiB, 41);
+  std::memset(local->data + kLength, 0, 64 * kKiB);
+  SliceBatch allowed(initiator_->ctx.get());
+  allowed.Add(Make(OpCode::kWrite, local->data, target_, open, 0, 64 * kKiB));
+  ASSERT_TRUE(Run(*link, allowed));
+  ASSERT_TRUE(AllOk(allowed)) << "a local-only region could not be a transfer's local side";
+  SliceBatch read_back(initiator_->ctx.get());
+  read_back.Add(Make(OpCode::kRead, local->data + kLength, target_, open, 0, 64 * kKiB));
+  ASSERT_TRUE(Run(*link, read_back));
+  ASSERT_TRUE(AllOk(read_back));
+  ASSERT_EQ(0, std::memcmp(local->data, local->data + kLength, 64 * kKiB));
+
+  // Crafted requests at the local-only target region, with its real key and addresses.
+  Fill(secret->memory.get(), kAlloc, 23);  // the region and its guards: recognisable bytes
+  const std::vector<uint8_t> snapshot(secret->memory.get(), secret->memory.get() + kAlloc);
+  Fill(local->data, kLength, 5);
+  std::memset(local->data + kLength, 0x3C, kLength);
+  SliceBatch crafted(initiator_->ctx.get());
+  crafted.Add(Make(OpCode::kWrite, local->data, target_, secret, 0, kLength));
+  crafted.Add(Make(OpCode::kWrite, local->data, target_, secret, 4093, 17));
+  crafted.Add(Make(OpCode::kWrite, local->data, target_, secret, kLength - 4096, 4096));
+  crafted.Add(Make(OpCode::kRead, local->data + kLength, target_, secret, 0, kLength));
+  crafted.Add(Make(OpCode::kRead, local->data + kLength, target_, secret, 8191, 3));
+  ASSERT_TRUE(Run(*link, crafted));
+  for (Slice* s : crafted.ptrs) {
+    const Status st = initiator_->ctx->StatusOf(s);
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied)
+        << (s->op == OpCode::kWrite ? "write" : "read") << " at offset "
+        << s->remote_addr - Addr(secret->data) << " of a local-only region: " << st;
+  }
+  EXPECT_EQ(0, std::memcmp(snapshot.data(), secret->memory.get(), kAlloc))
+      << "a crafted write changed the local-only region or its guard bytes";
+  for (size_t i = 0; i < kLength; ++i) {
+    ASSERT_EQ(0x3C, local->data[kLength + i])
+        << "a crafted read returned bytes of the local-only region, at " << i;
+  }
+  // The refusals cost the link nothing: a request to the open region still goes through.
+  SliceBatch after(initiator_->ctx.get());
+  after.Add(Make(OpCode::kWrite, local->data, target_, open, 0, 64 * kKiB));
+  ASSERT_TRUE(Run(*link, after));
+  ASSERT_TRUE(AllOk(after));
+  EXPECT_EQ(0, std::memcmp(open->data, local->data, 64 * kKiB));
+  EXPECT_EQ(0u, initiator_->ctx->duplicate_completions());
+}
+
 TEST_P(ConformanceTest, OldKeyAfterReRegistrationIsStale) {
   Setup setup = Prepare(256 * kKiB, 256 * kKiB);
   ASSERT_TRUE(setup.ok());
@@ -299,8 +364,8 @@ TEST_P(ConformanceTest, OldKeyAfterReRegistrationIsStale) {
   ASSERT_TRUE(target_->ctx->CloseRegion(remote->data));
   ASSERT_TRUE(target_->ctx->WaitNoPins(10s));
   ASSERT_TRUE(target_->transport->UnregisterMemory(Addr(remote->data), remote->length).ok());
-  Result<std::string> key =
-      target_->transport->RegisterMemory(Addr(remote->data), remote->length, Location::Cpu());
+  Result<std::string> key = target_->transport->RegisterMemory(
+      Addr(remote->data), remote->length, Location::Cpu(), MemoryAccess::kRemote);
   ASSERT_TRUE(key.ok()) << key.status();
   target_->ctx->AddRegion(remote->data, remote->length, old.generation + 1, true,
                           GetParam().transport);

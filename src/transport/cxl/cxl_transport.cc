@@ -42,7 +42,7 @@ TransportCapabilities CxlTransport::capabilities() const {
   return caps;
 }
 
-Result<std::string> CxlTransport::Start(TransportContext* ctx, const TransportStartInfo& /*info*/) {
+Result<std::string> CxlTransport::Start(TransportContext* ctx, const TransportStartInfo& info) {
   MutexLock lock(lifecycle_mu_);
   if (started_.load() || stopped_) return BusyError("cxl transport already started or stopped");
   if (ctx == nullptr) return InvalidArgumentError("cxl Start: null context");
@@ -55,10 +55,12 @@ Result<std::string> CxlTransport::Start(TransportContext* ctx, const TransportSt
   engine_options.max_queued_slices = options_.max_queued_slices;
   engine_options.max_batch = cxl::kMaxRangesPerAcquire;
   engine_options.idle_timeout = options_.idle_timeout;
+  engine_options.auth_secret = info.auth_secret;  // grant connections authenticate with it
   ASSIGN_OR_RETURN(rt->engine, samehost::CopyEngine::Start(ctx, engine_options));
   ASSIGN_OR_RETURN(rt->window, OpenWindow(options_));
   samehost::GrantServer::Options grant;
   grant.transport = "cxl";
+  grant.auth_secret = info.auth_secret;
   grant.dir = options_.socket_dir;
   grant.max_ranges_per_acquire = cxl::kMaxRangesPerAcquire;
   ASSIGN_OR_RETURN(rt->grant_server, samehost::GrantServer::Start(ctx, std::move(grant)));
@@ -80,7 +82,8 @@ void CxlTransport::Stop() {
 }
 
 Result<std::string> CxlTransport::RegisterMemory(uint64_t addr, uint64_t length,
-                                                 const Location& location) {
+                                                 const Location& location,
+                                                 MemoryAccess /*access*/) {
   if (!started_.load(std::memory_order_acquire)) return BusyError("cxl transport not started");
   if (length == 0) return InvalidArgumentError("cxl RegisterMemory: length 0");
   if (location.is_device()) {

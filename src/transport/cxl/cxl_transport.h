@@ -81,9 +81,10 @@ class CxlTransport final : public Transport {
 
   // Inside this process's mapping of the window: the key (window offset and length). Outside
   // it, even partly, or device memory: NotFound. InvalidArgument for length 0; Busy before
-  // Start.
-  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
-                                     const Location& location) override;
+  // Start. Every peer access is granted by this process's grant server through
+  // PinRemoteAccess, which refuses a kLocal region, so `access` needs no state here.
+  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length, const Location& location,
+                                     MemoryAccess access) override;
   // Nothing to undo (the target checks accesses against the registry): OK.
   Status UnregisterMemory(uint64_t addr, uint64_t length) override;
 

@@ -62,7 +62,8 @@ class CxlTransportTest : public ::testing::Test {
     local_ = Allocate(*initiator_, 8 * kMiB);
     ASSERT_TRUE(remote_ && local_);
     std::memset(remote_, 0xAA, 8 * kMiB);
-    Result<std::string> key = target_->RegisterMemory(Addr(remote_), 8 * kMiB, Location::Cpu());
+    Result<std::string> key =
+        target_->RegisterMemory(Addr(remote_), 8 * kMiB, Location::Cpu(), MemoryAccess::kRemote);
     ASSERT_TRUE(key.ok()) << key.status();
     key_ = *key;
     target_ctx_.AddRegion(remote_, 8 * kMiB, kGeneration, true, "cxl");
@@ -132,7 +133,8 @@ TEST(CxlTransportLifecycleTest, DescribesItselfAndKeepsLifecycleRules) {
   EXPECT_TRUE(cxl.capabilities().allocates_shared_memory);
   EXPECT_EQ(cxl.window_base(), nullptr);
   EXPECT_EQ(cxl.window_size(), 0u);
-  EXPECT_EQ(cxl.RegisterMemory(1, 64, Location::Cpu()).status().code(), StatusCode::kBusy);
+  EXPECT_EQ(cxl.RegisterMemory(1, 64, Location::Cpu(), MemoryAccess::kRemote).status().code(),
+            StatusCode::kBusy);
   EXPECT_EQ(cxl.AllocateShared(64, Location::Cpu()).status().code(), StatusCode::kBusy);
   EXPECT_EQ(cxl.Connect(SegmentDesc{}).status().code(), StatusCode::kBusy);
   EXPECT_EQ(cxl.OnExchange("x").status().code(), StatusCode::kInvalidArgument);
@@ -193,17 +195,25 @@ TEST_F(CxlTransportTest, WritesAndReadsThroughWindowOffsets) {
 TEST_F(CxlTransportTest, MemoryOutsideTheWindowIsNotFound) {
   std::vector<uint8_t> heap(4096);
   EXPECT_EQ(
-      target_->RegisterMemory(Addr(heap.data()), heap.size(), Location::Cpu()).status().code(),
+      target_
+          ->RegisterMemory(Addr(heap.data()), heap.size(), Location::Cpu(), MemoryAccess::kRemote)
+          .status()
+          .code(),
       StatusCode::kNotFound);
   const uint64_t last = Addr(target_->window_base()) + kWindow - 100;
-  EXPECT_EQ(target_->RegisterMemory(last, 200, Location::Cpu()).status().code(),
-            StatusCode::kNotFound)
+  EXPECT_EQ(
+      target_->RegisterMemory(last, 200, Location::Cpu(), MemoryAccess::kRemote).status().code(),
+      StatusCode::kNotFound)
       << "a region leaving the window";
-  EXPECT_EQ(target_->RegisterMemory(Addr(remote_), 64, Location::Cuda(0)).status().code(),
+  EXPECT_EQ(target_->RegisterMemory(Addr(remote_), 64, Location::Cuda(0), MemoryAccess::kRemote)
+                .status()
+                .code(),
             StatusCode::kNotFound);
-  EXPECT_EQ(target_->RegisterMemory(Addr(remote_), 0, Location::Cpu()).status().code(),
+  EXPECT_EQ(target_->RegisterMemory(Addr(remote_), 0, Location::Cpu(), MemoryAccess::kRemote)
+                .status()
+                .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_TRUE(target_->RegisterMemory(last, 100, Location::Cpu()).ok());
+  EXPECT_TRUE(target_->RegisterMemory(last, 100, Location::Cpu(), MemoryAccess::kRemote).ok());
   EXPECT_TRUE(target_->UnregisterMemory(last, 100).ok());
 }
 

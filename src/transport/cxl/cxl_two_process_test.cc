@@ -109,7 +109,8 @@ TEST(CxlTwoProcessTest, ChildWritesAndReadsThroughTheWindow) {
   auto* region = static_cast<uint8_t*>(*memory);
   Fill(region, kHalf, kParentSeed);
   std::memset(region + kHalf, 0xAA, kHalf);
-  Result<std::string> key = target.RegisterMemory(Addr(region), kRegion, Location::Cpu());
+  Result<std::string> key =
+      target.RegisterMemory(Addr(region), kRegion, Location::Cpu(), MemoryAccess::kRemote);
   ASSERT_TRUE(key.ok()) << key.status();
   ctx.AddRegion(region, kRegion, kGeneration, true, "cxl");
 

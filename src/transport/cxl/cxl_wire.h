@@ -1,6 +1,7 @@
 // The cxl transport's published bytes: the endpoint (SegmentDesc::transports["cxl"]) and the
-// per-buffer key (BufferDesc::keys["cxl"]). Little-endian, versioned, decoded strictly: a
-// wrong length, version, magic or out-of-range field is InvalidArgument, never a partial value.
+// per-buffer key (BufferDesc::keys["cxl"]). Little-endian (common/wire_codec.h), versioned,
+// decoded strictly: a wrong length, version, magic or out-of-range field is InvalidArgument,
+// never a partial value.
 //
 // Endpoint v1: "FCXE" u8 version=1, u64 window_size, u64 st_dev, u64 st_ino, u64 base (the
 //   publisher's mapping address), u16 n + n bytes window path, u16 m + m bytes grant socket path.

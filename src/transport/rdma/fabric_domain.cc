@@ -89,9 +89,13 @@ Domain::~Domain() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-Result<fid_mr*> Domain::RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key) {
+Result<fid_mr*> Domain::RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key,
+                                   MemoryAccess memory_access) {
   fid_mr* mr = nullptr;
-  const uint64_t access = FI_REMOTE_READ | FI_REMOTE_WRITE | FI_READ | FI_WRITE;
+  // RMA is one-sided: the target's CPU never sees an access, so the MR's rights are the only
+  // check a local-only region gets. Never grant remote rights it was not registered with.
+  uint64_t access = FI_READ | FI_WRITE;
+  if (memory_access == MemoryAccess::kRemote) access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
   const int rc = fi_mr_reg(domain_, reinterpret_cast<const void*>(addr),  // NOLINT
                            length, access, 0, requested_key, 0, &mr, nullptr);
   if (rc != 0) {

@@ -62,9 +62,13 @@ class Domain {
   // The target endpoint's address, published to peers; fixed for the Domain's life.
   const std::string& address() const { return address_; }
 
-  // Registers [addr, addr + length) for local and remote read and write. `requested_key` is
-  // used unless the provider picks keys (FI_MR_PROV_KEY).
-  Result<fid_mr*> RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key);
+  // Registers [addr, addr + length) for local read and write (the local side of this
+  // process's RMA: FI_READ | FI_WRITE), and for remote read and write (FI_REMOTE_READ |
+  // FI_REMOTE_WRITE) only when `access` is kRemote: the provider then refuses a peer's RMA on a
+  // kLocal region whatever key it presents. `requested_key` is used unless the provider picks
+  // keys (FI_MR_PROV_KEY).
+  Result<fid_mr*> RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key,
+                             MemoryAccess access);
   // Closes `mrs`. Where the runtime says so (software RMA) and peers may be connected, the
   // progress thread also closes the target endpoint right after (so no access accepted before
   // the MR closed can land later) and this re-opens it at the same address before returning.

@@ -62,8 +62,8 @@ TEST_F(RdmaTransportTest, OldKeyAfterUnregisterIsStaleAndWritesNothing) {
   EXPECT_GE(target_->stats().target_rebuilds, 1u);
 
   // The range registered again gets a new key, which works; the old one stays dead.
-  Result<std::string> key =
-      target_->RegisterMemory(Addr(remote_.data()), remote_.size(), Location::Cpu());
+  Result<std::string> key = target_->RegisterMemory(Addr(remote_.data()), remote_.size(),
+                                                    Location::Cpu(), MemoryAccess::kRemote);
   ASSERT_TRUE(key.ok()) << key.status();
   EXPECT_NE(*key, old_key);
   target_ctx_.AddRegion(remote_.data(), remote_.size(), kGeneration + 1, true, "rdma");
@@ -153,7 +153,10 @@ TEST_F(RdmaTransportTest, OperationsBrokenByAPeerReopeningAreRetriedWhileTheKeyL
   // breaks the connection under the writes to remote_, whose key stays valid.
   std::vector<uint8_t> other(kMiB);
   for (int round = 0; round < 20 && initiator_->stats().retries == 0; ++round) {
-    ASSERT_TRUE(target_->RegisterMemory(Addr(other.data()), other.size(), Location::Cpu()).ok());
+    ASSERT_TRUE(target_
+                    ->RegisterMemory(Addr(other.data()), other.size(), Location::Cpu(),
+                                     MemoryAccess::kRemote)
+                    .ok());
     SliceBatch batch(&initiator_ctx_);
     for (size_t off = 0; off < 8 * kMiB; off += 128 * kKiB) {
       batch.Add(Make(OpCode::kWrite, local_.data() + off, off, 128 * kKiB));

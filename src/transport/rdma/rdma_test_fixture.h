@@ -76,8 +76,8 @@ class RdmaTransportTest : public ::testing::Test {
     ASSERT_TRUE(published.ok()) << published.status();
     published_ = *published;
     initiator_ctx_.AddPeer("target", target_.get());
-    Result<std::string> key =
-        target_->RegisterMemory(Addr(remote_.data()), remote_.size(), Location::Cpu());
+    Result<std::string> key = target_->RegisterMemory(Addr(remote_.data()), remote_.size(),
+                                                      Location::Cpu(), MemoryAccess::kRemote);
     ASSERT_TRUE(key.ok()) << key.status();
     remote_key_ = *key;
     target_ctx_.AddRegion(remote_.data(), remote_.size(), kGeneration, true, "rdma");
@@ -87,8 +87,8 @@ class RdmaTransportTest : public ::testing::Test {
     initiator_ = std::make_unique<RdmaTransport>(o);
     Result<std::string> published = initiator_->Start(&initiator_ctx_, {"initiator", "127.0.0.1"});
     ASSERT_TRUE(published.ok()) << published.status();
-    Result<std::string> key =
-        initiator_->RegisterMemory(Addr(local_.data()), local_.size(), Location::Cpu());
+    Result<std::string> key = initiator_->RegisterMemory(Addr(local_.data()), local_.size(),
+                                                         Location::Cpu(), MemoryAccess::kRemote);
     ASSERT_TRUE(key.ok()) << key.status();
   }
   SegmentDesc TargetDesc(const std::string& published) const {

@@ -129,7 +129,7 @@ void RdmaTransport::Stop() {
 }
 
 Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length,
-                                                  const Location& location) {
+                                                  const Location& location, MemoryAccess access) {
   if (!started_.load(std::memory_order_acquire)) return BusyError("rdma transport not started");
   if (location.is_device()) {
     return NotFoundError("rdma reaches host memory only, not " + location.ToString());
@@ -147,7 +147,7 @@ Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length
     for (fid_mr* mr : reg->mrs) (void)fi_close(&mr->fid);
   };
   for (auto& domain : rt.domains) {
-    Result<fid_mr*> mr = domain->RegisterMr(addr, length, rt.next_mr_key.fetch_add(1));
+    Result<fid_mr*> mr = domain->RegisterMr(addr, length, rt.next_mr_key.fetch_add(1), access);
     if (!mr.ok()) {
       close_made();
       return mr.status();

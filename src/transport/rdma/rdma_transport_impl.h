@@ -2,11 +2,12 @@
 //
 // Start opens every chosen domain (rdma/fabric_domain.h): a target endpoint whose address is
 // published, an initiator endpoint and a progress thread each; plus one Recovery thread.
-// RegisterMemory registers an MR per domain; the key bytes carry the registration's id, base,
-// length and one rkey per domain. Submit validates each slice against its key (range, peer
-// incarnation, local registration), splits it into operations no longer than the provider's
-// max_msg_size, routes them (to a domain near the local memory's NUMA node when the topology
-// says so, else round-robin) and queues them; the domain's progress thread posts them.
+// RegisterMemory registers an MR per domain (remote rights only for a remote-accessible
+// region); the key bytes carry the registration's id, base, length and one rkey per domain.
+// Submit validates each slice against its key (range, peer incarnation, local registration),
+// splits it into operations no longer than the provider's max_msg_size, routes them (to a domain
+// near the local memory's NUMA node when the topology says so, else round-robin) and queues
+// them; the domain's progress thread posts them.
 //
 // Access-check contract (one-sided RMA: the target's CPU does not see accesses):
 //   - a range outside the key's registered range fails at the initiator (InvalidArgument) and
@@ -17,7 +18,10 @@
 //   - nothing lands after UnregisterMemory returns (on software providers it also re-opens the
 //     target endpoint at the same address, dropping transfers accepted before the close);
 //   - the generation of a live key is checked only when an access fails (a re-registration
-//     gets a new key, so a live key implies its generation).
+//     gets a new key, so a live key implies its generation);
+//   - a local-only region (MemoryAccess::kLocal) has MRs without remote rights: the provider
+//     refuses an access with its key (even one a peer crafted: the engine never publishes it),
+//     and the access check that follows answers PermissionDenied. Nothing moves.
 // Deadlines: see rdma_transport.h (what rdma promises, and the one-sided WRITE it cannot).
 //
 // Thread contract: thread-safe after Start (see Transport). Submit never blocks on a peer.
@@ -79,9 +83,12 @@ class RdmaTransport final : public Transport {
   void Stop() override;
 
   // Host memory only (NotFound for device memory). Busy before Start; AlreadyExists for a
-  // range registered already; Unavailable when the provider refuses the registration.
-  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
-                                     const Location& location) override;
+  // range registered already; Unavailable when the provider refuses the registration. A kLocal
+  // region's MRs have local rights only (the source or destination of this process's RMA, which
+  // FI_MR_LOCAL providers need a descriptor for): a peer's RMA with its key fails at the
+  // provider, and the access check Recovery then asks for answers PermissionDenied.
+  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length, const Location& location,
+                                     MemoryAccess access) override;
   // Waits (up to op_timeout) for local slices using the range to complete, then closes its MRs
   // (see the access-check contract above). NotFound for a range not registered; Timeout when
   // local slices still used it (the MRs are closed anyway).

@@ -24,7 +24,9 @@ TEST_F(RdmaTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   EXPECT_EQ(rdma.name(), "rdma");
   EXPECT_TRUE(rdma.capabilities().reaches_other_hosts);
   EXPECT_FALSE(rdma.capabilities().reaches_device_memory);
-  EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu()).status().code(),
+  EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu(), MemoryAccess::kRemote)
+                .status()
+                .code(),
             StatusCode::kBusy);
   EXPECT_EQ(rdma.Connect(SegmentDesc{}).status().code(), StatusCode::kBusy);
   EXPECT_EQ(rdma.OnExchange("x").status().code(), StatusCode::kBusy);
@@ -33,12 +35,18 @@ TEST_F(RdmaTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   ASSERT_TRUE(published.ok()) << published.status();
   EXPECT_EQ(rdma.provider(), "tcp;ofi_rxm");
   EXPECT_EQ(rdma.Start(&target_ctx_, {"a", "127.0.0.1"}).status().code(), StatusCode::kBusy);
-  EXPECT_EQ(rdma.RegisterMemory(1, 64, Location::Cuda(0)).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 0, Location::Cpu()).status().code(),
+  EXPECT_EQ(rdma.RegisterMemory(1, 64, Location::Cuda(0), MemoryAccess::kRemote).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 0, Location::Cpu(), MemoryAccess::kRemote)
+                .status()
+                .code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(rdma.UnregisterMemory(Addr(local_.data()), 64).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu()).ok());
-  EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu()).status().code(),
+  ASSERT_TRUE(
+      rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu(), MemoryAccess::kRemote).ok());
+  EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu(), MemoryAccess::kRemote)
+                .status()
+                .code(),
             StatusCode::kAlreadyExists);
   EXPECT_TRUE(rdma.UnregisterMemory(Addr(local_.data()), 64).ok());
   EXPECT_EQ(rdma.OnExchange("not a check").status().code(), StatusCode::kInvalidArgument);
@@ -246,7 +254,8 @@ TEST_F(RdmaTransportTest, ConcurrentRegistrationOfDifferentRanges) {
       const uint64_t base = Addr(remote_.data()) + static_cast<uint64_t>(t) * kMiB;
       for (int r = 0; r < kRounds; ++r) {
         const uint64_t length = 4096 * static_cast<uint64_t>(1 + r % 7);
-        Result<std::string> key = initiator_->RegisterMemory(base, length, Location::Cpu());
+        Result<std::string> key =
+            initiator_->RegisterMemory(base, length, Location::Cpu(), MemoryAccess::kRemote);
         if (!key.ok() || !initiator_->UnregisterMemory(base, length).ok()) ++failures;
       }
     });

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <utility>
+
+#include "common/wire_status.h"
 
 namespace ferry::rdma {
 namespace {
@@ -221,7 +224,7 @@ std::string EncodeCheckReply(std::span<const Status> results) {
   std::string out = std::string(kReplyTag) + " " + HexNumber(results.size()) + "\n";
   for (const Status& s : results) {
     const std::string_view message = std::string_view(s.message()).substr(0, kMaxCheckMessageBytes);
-    out += HexNumber(static_cast<uint64_t>(s.code())) + " " + HexBytes(message) + "\n";
+    out += HexNumber(StatusCodeToWire(s.code())) + " " + HexBytes(message) + "\n";
   }
   return out;
 }
@@ -234,14 +237,17 @@ Result<std::vector<Status>> DecodeCheckReply(std::string_view text, size_t expec
   out.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     ASSIGN_OR_RETURN(std::vector<std::string_view> t, Tokens(lines[i + 1], 2, "check result"));
-    ASSIGN_OR_RETURN(uint64_t code, ParseNumber(t[0], "status code"));
-    if (code > static_cast<uint64_t>(StatusCode::kInternal)) {
-      return InvalidArgumentError("rdma: unknown status code in check reply");
+    ASSIGN_OR_RETURN(uint64_t wire, ParseNumber(t[0], "status code"));
+    const std::optional<StatusCode> code =
+        wire <= 0xff ? StatusCodeFromWire(static_cast<uint8_t>(wire)) : std::nullopt;
+    if (!code.has_value()) {
+      return InvalidArgumentError("rdma: unknown status code " + std::to_string(wire) +
+                                  " in check reply");
     }
     ASSIGN_OR_RETURN(std::string message, ParseBytes(t[1], kMaxCheckMessageBytes, "message"));
-    if (code == 0 && !message.empty()) return InvalidArgumentError("rdma: OK with a message");
-    out.push_back(code == 0 ? Status::Ok()
-                            : Status(static_cast<StatusCode>(code), std::move(message)));
+    const bool ok = *code == StatusCode::kOk;
+    if (ok && !message.empty()) return InvalidArgumentError("rdma: OK with a message");
+    out.push_back(ok ? Status::Ok() : Status(*code, std::move(message)));
   }
   return out;
 }

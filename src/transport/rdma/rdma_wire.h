@@ -14,7 +14,7 @@
 //   <registration-id> <addr> <length> <incarnation> <generation>   (count lines)
 // Access check reply, one line per request line, in order:
 //   ferry-rdma-checked/1 <count>
-//   <status-code> <message-hex>
+//   <status-code> <message-hex>          (status-code: common/wire_status.h's number)
 //
 // Thread contract: pure functions; safe from any thread.
 #pragma once

@@ -80,8 +80,16 @@ TEST(RdmaWireTest, ChecksAndRepliesRoundTrip) {
   EXPECT_TRUE((*replies)[0].ok());
   EXPECT_EQ((*replies)[1], results[1]);
   EXPECT_EQ((*replies)[2].code(), StatusCode::kPermissionDenied);
-  EXPECT_FALSE(DecodeCheckReply(EncodeCheckReply(results), 2).ok());           // another count
-  EXPECT_FALSE(DecodeCheckReply("ferry-rdma-checked/1 1\n63 -\n", 1).ok());    // unknown code
+  EXPECT_FALSE(DecodeCheckReply(EncodeCheckReply(results), 2).ok());         // another count
+  EXPECT_FALSE(DecodeCheckReply("ferry-rdma-checked/1 1\n63 -\n", 1).ok());  // unknown code
+  EXPECT_FALSE(DecodeCheckReply("ferry-rdma-checked/1 1\nd -\n", 1).ok());   // 13: unknown
+  // Codes travel as common/wire_status.h's numbers (9 = Unavailable), not the enum's values.
+  const Status unavailable = UnavailableError("x");
+  EXPECT_EQ(EncodeCheckReply(std::span<const Status>(&unavailable, 1)),
+            "ferry-rdma-checked/1 1\n9 78\n");
+  Result<std::vector<Status>> stale = DecodeCheckReply("ferry-rdma-checked/1 1\n5 -\n", 1);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  EXPECT_EQ((*stale)[0].code(), StatusCode::kStale);
   EXPECT_FALSE(DecodeCheckReply("ferry-rdma-checked/1 1\n0 6162\n", 1).ok());  // OK with text
   EXPECT_FALSE(DecodeCheckRequest("ferry-rdma-check/1 1\n1 2 3 4\n").ok());
 }

@@ -52,8 +52,12 @@ void FenceAfterCopy() {
 // every connection, destroying the copier) when the last of them goes. Thread-safe.
 class PeerChannel {
  public:
-  PeerChannel(std::string grant_path, std::string name, std::unique_ptr<PeerCopier> copier)
-      : grant_path_(std::move(grant_path)), name_(std::move(name)), copier_(std::move(copier)) {}
+  PeerChannel(std::string grant_path, std::string name, std::unique_ptr<PeerCopier> copier,
+              GrantAuth auth)
+      : grant_path_(std::move(grant_path)),
+        name_(std::move(name)),
+        copier_(std::move(copier)),
+        auth_(std::move(auth)) {}
 
   const std::string& name() const { return name_; }
   PeerCopier& copier() const { return *copier_; }
@@ -69,8 +73,12 @@ class PeerChannel {
     return nullptr;
   }
 
+  // A new connection the copier accepts as its peer's (PeerCopier::CheckPeer).
   Result<std::unique_ptr<GrantConnection>> Open(Deadline deadline) const {
-    return GrantConnection::Connect(grant_path_, deadline);
+    ASSIGN_OR_RETURN(std::unique_ptr<GrantConnection> connection,
+                     GrantConnection::Connect(grant_path_, deadline, auth_));
+    RETURN_IF_ERROR(copier_->CheckPeer(*connection));
+    return connection;
   }
 
   // Gives a connection back for reuse; a broken one (or one past the pool's size) is closed.
@@ -103,6 +111,7 @@ class PeerChannel {
   const std::string grant_path_;
   const std::string name_;
   const std::unique_ptr<PeerCopier> copier_;
+  const GrantAuth auth_;
   Mutex mu_;
   std::vector<Idle> idle_ GUARDED_BY(mu_);
 };
@@ -343,7 +352,8 @@ class CopyEngineImpl final : public CopyEngine {
                                              std::unique_ptr<PeerCopier> copier) override {
     if (copier == nullptr) return InvalidArgumentError("copy engine: null copier");
     auto channel = std::shared_ptr<PeerChannel>(
-        new PeerChannel(std::move(grant_path), std::move(peer_name), std::move(copier)));
+        new PeerChannel(std::move(grant_path), std::move(peer_name), std::move(copier),
+                        GrantAuth{options_.auth_secret, options_.transport}));
     {
       MutexLock lock(mu_);
       if (stopping_) return CanceledError(options_.transport + " transport stopped");

@@ -49,6 +49,11 @@ class PeerCopier {
   // Initiator-side checks before the target is asked (the key decodes, the local range is
   // reachable...). A non-Ok status fails the slice without a grant.
   virtual Status Check(const Slice& slice) = 0;
+  // Called on every grant connection the engine opens to the peer, before its first Acquire:
+  // refuses a connection answered by another process than the one the copier moves bytes into
+  // (shm: the pid it process_vm_writev's into). A non-Ok status (PermissionDenied) closes the
+  // connection and fails the slices of that round trip; nothing is asked, nothing copied.
+  virtual Status CheckPeer(const GrantConnection& /*connection*/) { return Status::Ok(); }
   // Called with the pins of `granted` held, before their copies: fetches what the copies need
   // over `connection` (e.g. buffer fds), each wait bounded by `deadline`. The engine fails the
   // slices without copying when the connection broke meanwhile.
@@ -70,6 +75,8 @@ struct CopyEngineOptions {
   size_t max_batch = 1024;           // slices per grant round trip, 1..wire::kMaxRanges
   // Grant connections unused for this long are closed. 0: kept until the link goes.
   std::chrono::milliseconds idle_timeout{0};
+  // The cluster secret each grant connection authenticates with (GrantAuth); empty: none.
+  std::string auth_secret;
 };
 
 // Counters since Start (tests, diagnostics).

@@ -18,20 +18,39 @@
 // maps each one once.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/peer_auth.h"
 #include "ferry/status.h"
 #include "transport/transport.h"
 
 namespace ferry::samehost {
 
 using Deadline = std::chrono::steady_clock::time_point;
+
+// The channel's authentication (common/peer_auth.h): with a cluster secret, every connection
+// starts with the mutual HMAC handshake before its first frame; a peer that fails it (or has no
+// secret) is refused with PermissionDenied before anything is pinned or sent. Empty secret: no
+// handshake, but a peer that asks for one is refused too. `transport` ("shm", "cxl") picks the
+// channel kind the MACs are bound to.
+struct GrantAuth {
+  std::string secret;
+  std::string transport;
+};
+
+// The auth channel kind of `transport`'s grant channel.
+inline auth::Channel GrantAuthChannel(std::string_view transport) {
+  return transport == "cxl" ? auth::Channel::kCxlGrant : auth::Channel::kShmGrant;
+}
 
 // One range to pin on the target, in the target's address space.
 struct RangeRequest {
@@ -64,6 +83,10 @@ class GrantServer {
     // How long destruction waits for initiators to Release the pins they hold (they may be
     // copying) before it closes their connections anyway.
     std::chrono::milliseconds drain_timeout{5000};
+    // The cluster secret (see GrantAuth; empty or >= 16 bytes). With one, a connection must
+    // finish the handshake within reply_timeout of its accept. Refusals are logged once per
+    // peer process and counted in auth_refusals().
+    std::string auth_secret;
   };
 
   // Removes socket files in `dir` that servers of the same transport left behind when their
@@ -83,6 +106,8 @@ class GrantServer {
   virtual int held_pins() const = 0;
   // Frames that broke the protocol (each closed its connection) since Start.
   virtual uint64_t bad_frames() const = 0;
+  // Connections refused by the authentication (each closed before its first frame).
+  virtual uint64_t auth_refusals() const = 0;
 };
 
 // Initiator side: one connection to one peer's GrantServer. Thread contract: one caller at a
@@ -92,12 +117,17 @@ class GrantServer {
 class GrantConnection {
  public:
   // Connects, waiting for room in a full backlog until `deadline`: Timeout then; Unavailable
-  // when nothing listens; PermissionDenied when the socket refuses this user.
+  // when nothing listens; PermissionDenied when the socket refuses this user. With a secret in
+  // `auth` it then runs the handshake, within `deadline`: PermissionDenied when the server fails
+  // it, holds another secret or has none. Without one, a server that requires authentication
+  // answers the first request with a refusal, which that request returns as PermissionDenied.
   static Result<std::unique_ptr<GrantConnection>> Connect(const std::string& path,
-                                                          Deadline deadline);
+                                                          Deadline deadline,
+                                                          const GrantAuth& auth = {});
   static Result<std::unique_ptr<GrantConnection>> Connect(const std::string& path,
-                                                          std::chrono::milliseconds timeout) {
-    return Connect(path, std::chrono::steady_clock::now() + timeout);
+                                                          std::chrono::milliseconds timeout,
+                                                          const GrantAuth& auth = {}) {
+    return Connect(path, std::chrono::steady_clock::now() + timeout, auth);
   }
   virtual ~GrantConnection() = default;
 
@@ -120,6 +150,11 @@ class GrantConnection {
     return FetchFd(id, std::chrono::steady_clock::now() + timeout);
   }
   virtual bool broken() const = 0;
+  // The pid of the process that answers this connection (that made the listening socket), as
+  // the kernel saw it at connect (SO_PEERCRED), in this process's pid namespace; 0 when the
+  // kernel could not name it (another pid namespace). Lets a transport that copies into a
+  // published pid check that the pid is the one granting (see PeerCopier::CheckPeer).
+  virtual pid_t peer_pid() const = 0;
 };
 
 }  // namespace ferry::samehost

@@ -97,6 +97,14 @@ TEST_F(GrantChannelTest, ServesAPrivateSocketUnderTheDirectoryAndRemovesIt) {
   EXPECT_NE(::stat(path.c_str(), &st), 0);
 }
 
+// The kernel names the process that listens (SO_PEERCRED): here, this one.
+TEST_F(GrantChannelTest, AConnectionKnowsThePidThatAnswersIt) {
+  StartServer();
+  std::unique_ptr<GrantConnection> conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  EXPECT_EQ(conn->peer_pid(), ::getpid());
+}
+
 // A bound socket file with no listener, as a process killed mid-run leaves it; `age` seconds
 // old.
 void MakeDeadSocket(const std::string& path, int age) {
@@ -254,6 +262,24 @@ TEST(GrantWireTest, DeadlinesRoundTripAndNoneStaysNone) {
   const auto back = wire::DecodeDeadline(wire::EncodeDeadline(now));
   EXPECT_LT(std::chrono::abs(back - now), std::chrono::microseconds(1));
   EXPECT_EQ(wire::EncodeDeadline(Deadline{}), 0u);
+}
+
+TEST(GrantWireTest, StatusesTravelAsTheWireTableSaysAndUnknownCodesAreRefused) {
+  std::string bytes;
+  wire::PutStatus(&bytes, StaleError("old"));
+  ASSERT_EQ(bytes.size(), 1u + 2 + 3);
+  EXPECT_EQ(bytes[0], 5);  // common/wire_status.h: Stale is 5
+  Status back;
+  wire::Reader reader(bytes);
+  ASSERT_TRUE(reader.GetStatus(&back));
+  EXPECT_EQ(back, StaleError("old"));
+  EXPECT_EQ(reader.remaining(), 0u);
+  bytes[0] = 13;  // no code has this number
+  wire::Reader unknown(bytes);
+  EXPECT_FALSE(unknown.GetStatus(&back));
+  EXPECT_EQ(unknown.remaining(), bytes.size());  // a refused status consumes nothing
+  wire::Reader short_text(std::string_view(bytes).substr(0, 4));
+  EXPECT_FALSE(short_text.GetStatus(&back));
 }
 
 TEST_F(GrantChannelTest, PinsHeldByOneConnectionAreBounded) {

@@ -1,5 +1,6 @@
 // GrantConnection: the initiator side of the grant channel (grant_channel.h, grant_wire.h).
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -21,7 +22,8 @@ using wire::FrameType;
 // Thread contract: one caller at a time (see GrantConnection).
 class UnixGrantConnection final : public GrantConnection {
  public:
-  UnixGrantConnection(UniqueFd fd, std::string path) : fd_(std::move(fd)), path_(std::move(path)) {
+  UnixGrantConnection(UniqueFd fd, std::string path, pid_t peer_pid)
+      : fd_(std::move(fd)), path_(std::move(path)), peer_pid_(peer_pid) {
     request_.reserve(wire::kHeaderSize + 4 + 64 * wire::kRangeSize);
   }
 
@@ -44,6 +46,7 @@ class UnixGrantConnection final : public GrantConnection {
       wire::PutU64(&request_, wire::EncodeDeadline(r.deadline));
     }
     RETURN_IF_ERROR(Check(wire::SendAll(fd_.get(), request_, deadline)));
+    RETURN_IF_ERROR(CheckNotRefused(deadline));
     wire::FrameHeader header;
     RETURN_IF_ERROR(Check(wire::RecvFrame(fd_.get(), deadline, &header, &reply_, nullptr)));
     return ParseAcquireReply(header, ranges.size(), results);
@@ -64,6 +67,7 @@ class UnixGrantConnection final : public GrantConnection {
     wire::PutHeader(&frame, FrameType::kFetchFd, 8);
     wire::PutU64(&frame, id);
     RETURN_IF_ERROR(Check(wire::SendAll(fd_.get(), frame, deadline)));
+    RETURN_IF_ERROR(CheckNotRefused(deadline));
     wire::FrameHeader header;
     UniqueFd received;
     RETURN_IF_ERROR(Check(wire::RecvFrame(fd_.get(), deadline, &header, &reply_, &received)));
@@ -78,8 +82,27 @@ class UnixGrantConnection final : public GrantConnection {
   }
 
   bool broken() const override { return broken_; }
+  pid_t peer_pid() const override { return peer_pid_; }
 
  private:
+  // Before the first reply is read as a frame: a server that requires authentication (or
+  // found ours wrong) answers with a refusal (common/peer_auth.h) instead, which is returned as
+  // PermissionDenied; the connection is then broken.
+  Status CheckNotRefused(Deadline deadline) {
+    if (!first_reply_) return Status::Ok();
+    first_reply_ = false;
+    RETURN_IF_ERROR(Check(wire::WaitReady(fd_.get(), POLLIN, deadline)));
+    uint8_t head[8];
+    const ssize_t n = ::recv(fd_.get(), head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+    if (n < 4) return Status::Ok();  // RecvFrame reads (or fails on) whatever it is
+    Status refused =
+        auth::RefusalIn(std::span<const uint8_t>(head, static_cast<size_t>(n)), path_);
+    if (refused.ok()) return refused;
+    broken_ = true;
+    fd_.Reset();
+    return refused;
+  }
+
   // Marks the connection broken when `s` failed; returns `s`, a bad frame as Unavailable.
   Status Check(Status s) {
     if (s.ok()) return s;
@@ -118,7 +141,9 @@ class UnixGrantConnection final : public GrantConnection {
 
   UniqueFd fd_;
   const std::string path_;
+  const pid_t peer_pid_;
   bool broken_ = false;
+  bool first_reply_ = true;  // no reply read yet (CheckNotRefused)
   std::string request_;
   std::string reply_;
 };
@@ -126,7 +151,8 @@ class UnixGrantConnection final : public GrantConnection {
 }  // namespace
 
 Result<std::unique_ptr<GrantConnection>> GrantConnection::Connect(const std::string& path,
-                                                                  Deadline deadline) {
+                                                                  Deadline deadline,
+                                                                  const GrantAuth& auth) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
@@ -162,8 +188,20 @@ Result<std::unique_ptr<GrantConnection>> GrantConnection::Connect(const std::str
       ::fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
     return UnavailableError("grant socket set-up: " + ErrnoText(errno));
   }
+  // Who answers: the kernel's record of the listener, which no peer can forge.
+  ucred peer{};
+  socklen_t peer_size = sizeof(peer);
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0) {
+    return UnavailableError("grant socket " + path + " SO_PEERCRED: " + ErrnoText(errno));
+  }
+  if (!auth.secret.empty()) {
+    ASSIGN_OR_RETURN(auth::Handshake handshake,
+                     auth::Handshake::Client(GrantAuthChannel(auth.transport), auth.secret,
+                                             "grant socket " + path));
+    RETURN_IF_ERROR(auth::RunHandshake(handshake, fd.get(), deadline));
+  }
   return std::unique_ptr<GrantConnection>(
-      std::make_unique<UnixGrantConnection>(std::move(fd), path));
+      std::make_unique<UnixGrantConnection>(std::move(fd), path, peer.pid));
 }
 
 }  // namespace ferry::samehost

@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/mutex.h"
+#include "common/peer_auth.h"
 #include "transport/samehost/grant_channel.h"
 #include "transport/samehost/grant_wire.h"
 
@@ -86,6 +87,7 @@ class UnixGrantServer final : public GrantServer {
   const std::string& path() const override { return path_; }
   int held_pins() const override { return held_pins_.load(std::memory_order_acquire); }
   uint64_t bad_frames() const override { return bad_frames_.load(std::memory_order_relaxed); }
+  uint64_t auth_refusals() const override { return refusals_.count(); }
 
  private:
   // Refuses new grants and waits (bounded) for the held ones to be released.
@@ -171,7 +173,10 @@ class UnixGrantServer final : public GrantServer {
   void Serve(ServerConnection* conn) {
     std::vector<AccessPin> pins;
     try {
-      ServeFrames(conn->fd.get(), &pins);
+      std::string first;  // what the handshake read of the first frame (no secret here)
+      if (Authenticate(conn->fd.get(), &first)) {
+        ServeFrames(conn->fd.get(), std::move(first), &pins);
+      }
     } catch (const std::exception& e) {
       FERRY_LOG(kError) << "grant server " << path_ << ": connection failed: " << e.what();
     } catch (...) {
@@ -195,8 +200,41 @@ class UnixGrantServer final : public GrantServer {
     }
   }
 
-  void ServeFrames(int fd, std::vector<AccessPin>* pins) {
-    std::string in;
+  // Runs the server side of the handshake (common/peer_auth.h). With a secret it must finish
+  // within reply_timeout; without one it only waits for the first frame's first bytes (which
+  // it hands back in `first`) and refuses a peer that asks to authenticate. False: refused or
+  // gone (a refusal is logged once per peer process); close the connection.
+  bool Authenticate(int fd, std::string* first) {
+    ucred cred{};
+    socklen_t cred_size = sizeof(cred);
+    const std::string peer =
+        ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_size) == 0
+            ? "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")"
+            : "an unknown process";
+    Result<auth::Handshake> handshake = auth::Handshake::Server(
+        GrantAuthChannel(options_.transport), options_.auth_secret, peer);
+    if (!handshake.ok()) {
+      FERRY_LOG(kError) << "grant server " << path_ << ": " << handshake.status();
+      return false;
+    }
+    const Deadline deadline = handshake->has_secret()
+                                  ? std::chrono::steady_clock::now() + options_.reply_timeout
+                                  : Deadline::max();  // as an idle connection, until a frame
+    const Status s = auth::RunHandshake(*handshake, fd, deadline);
+    if (s.ok()) {
+      const std::span<const uint8_t> bytes = handshake->passthrough();
+      first->assign(bytes.begin(), bytes.end());
+      return true;
+    }
+    if (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kTimeout) {
+      if (s.code() == StatusCode::kPermissionDenied) auth::FlushRefusal(*handshake, fd);
+      refusals_.Refused("grant server " + path_, peer, s);
+    }
+    return false;
+  }
+
+  // `in`: the first bytes of the first frame, already read (at most 4: never a whole frame).
+  void ServeFrames(int fd, std::string in, std::vector<AccessPin>* pins) {
     size_t consumed = 0;  // bytes of `in` already handled
     pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     for (;;) {
@@ -347,6 +385,7 @@ class UnixGrantServer final : public GrantServer {
   const UniqueFd reap_fd_;  // eventfd; written by each connection thread as it ends
   std::atomic<int> held_pins_{0};
   std::atomic<uint64_t> bad_frames_{0};
+  auth::RefusalLog refusals_;  // connections refused by the authentication
   std::atomic<bool> draining_{false};  // set once destruction begins
   Mutex drain_mu_;                     // with drained_cv_: Drain waits for held_pins_ to drop
   CondVar drained_cv_;
@@ -446,6 +485,7 @@ Result<std::unique_ptr<GrantServer>> GrantServer::Start(TransportContext* ctx, O
     return InvalidArgumentError("grant server: max_ranges_per_acquire must be 1.." +
                                 std::to_string(wire::kMaxRanges));
   }
+  RETURN_IF_ERROR(auth::ValidateSecret(options.auth_secret).WithContext("grant server"));
   if (options.reply_timeout.count() <= 0 || options.drain_timeout.count() < 0) {
     return InvalidArgumentError("grant server: reply_timeout must be > 0, drain_timeout >= 0");
   }

@@ -8,8 +8,11 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "common/log.h"
+#include "common/wire_codec.h"
+#include "common/wire_status.h"
 
 namespace ferry::samehost {
 
@@ -83,34 +86,29 @@ Deadline DecodeDeadline(uint64_t nanoseconds) {
       std::chrono::duration_cast<Deadline::duration>(Ns(static_cast<Ns::rep>(nanoseconds))));
 }
 
-void PutU16(std::string* out, uint16_t v) {
-  for (int i = 0; i < 2; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
-void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
-}
+void PutU16(std::string* out, uint16_t v) { WireWriter(out).PutU16(v); }
+void PutU32(std::string* out, uint32_t v) { WireWriter(out).PutU32(v); }
+void PutU64(std::string* out, uint64_t v) { WireWriter(out).PutU64(v); }
 
 void PutStatus(std::string* out, const Status& status) {
-  out->push_back(static_cast<char>(status.code()));
-  const size_t n = std::min(status.message().size(), kMaxStatusText);
-  PutU16(out, static_cast<uint16_t>(n));
-  out->append(status.message(), 0, n);
+  WireWriter w(out);
+  w.PutU8(StatusCodeToWire(status.code()));
+  const std::string_view text = std::string_view(status.message()).substr(0, kMaxStatusText);
+  w.PutU16(static_cast<uint16_t>(text.size()));
+  w.PutBytes(text);
 }
 
 void PutHeader(std::string* out, FrameType type, uint32_t payload_length) {
-  PutU32(out, payload_length);
-  out->push_back(static_cast<char>(type));
-  out->push_back(static_cast<char>(kVersion));
-  PutU16(out, 0);
+  WireWriter w(out);
+  w.PutU32(payload_length);
+  w.PutU8(static_cast<uint8_t>(type));
+  w.PutU8(kVersion);
+  w.PutU16(0);
 }
 
 Result<FrameHeader> ParseHeader(const uint8_t* b) {
   FrameHeader h;
-  h.payload_length =
-      uint32_t{b[0]} | uint32_t{b[1]} << 8 | uint32_t{b[2]} << 16 | uint32_t{b[3]} << 24;
+  h.payload_length = LoadLe32(b);
   if (h.payload_length > kMaxFramePayload) {
     return InvalidArgumentError("grant frame of " + std::to_string(h.payload_length) +
                                 " bytes exceeds the limit");
@@ -128,43 +126,30 @@ Result<FrameHeader> ParseHeader(const uint8_t* b) {
   return h;
 }
 
-bool Reader::Take(size_t n, const char** p) {
-  if (remaining() < n) return false;
-  *p = bytes_.data() + pos_;
-  pos_ += n;
-  return true;
-}
+bool Reader::GetU32(uint32_t* v) { return in_.GetU32("u32", v).ok(); }
 
-bool Reader::GetU32(uint32_t* v) {
-  const char* p = nullptr;
-  if (!Take(4, &p)) return false;
-  *v = 0;
-  for (int i = 0; i < 4; ++i) *v |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
-  return true;
-}
-
-bool Reader::GetU64(uint64_t* v) {
-  const char* p = nullptr;
-  if (!Take(8, &p)) return false;
-  *v = 0;
-  for (int i = 0; i < 8; ++i) *v |= uint64_t{static_cast<uint8_t>(p[i])} << (8 * i);
-  return true;
-}
+bool Reader::GetU64(uint64_t* v) { return in_.GetU64("u64", v).ok(); }
 
 bool Reader::GetStatus(Status* status) {
-  const char* p = nullptr;
-  if (!Take(3, &p)) return false;
-  const auto code = static_cast<uint8_t>(p[0]);
-  const size_t n = size_t{static_cast<uint8_t>(p[1])} | size_t{static_cast<uint8_t>(p[2])} << 8;
-  if (code > static_cast<uint8_t>(StatusCode::kInternal) || n > kMaxStatusText) return false;
-  const char* text = nullptr;
-  if (!Take(n, &text)) return false;
-  if (code == 0) {
+  // Reads a copy, so that a malformed status leaves the reader where it was.
+  WireReader r = in_;
+  uint8_t wire = 0;
+  uint16_t n = 0;
+  std::string_view text;
+  if (!r.GetU8("status code", &wire).ok() || !r.GetU16("status text length", &n).ok()) {
+    return false;
+  }
+  const std::optional<StatusCode> code = StatusCodeFromWire(wire);
+  if (!code.has_value() || n > kMaxStatusText || !r.GetBytes("status text", n, &text).ok()) {
+    return false;
+  }
+  if (*code == StatusCode::kOk) {
     if (n != 0) return false;
     *status = Status::Ok();
   } else {
-    *status = Status(static_cast<StatusCode>(code), std::string(text, n));
+    *status = Status(*code, std::string(text));
   }
+  in_ = r;
   return true;
 }
 

@@ -1,18 +1,19 @@
 // The grant channel's wire format and socket helpers (see grant_channel.h for the protocol's
 // purpose). Internal to transport/samehost.
 //
-// Every frame is an 8-byte header and a payload, little-endian:
+// Every frame is an 8-byte header and a payload, little-endian (common/wire_codec.h):
 //   u32 payload_length | u8 type | u8 version (2) | u16 reserved (0)
 // Payloads:
 //   kAcquire        u32 count, count x {u64 addr, u64 length, u64 incarnation, u64 generation,
 //                   u64 deadline}   (deadline: CLOCK_MONOTONIC nanoseconds, all ones = none)
-//   kAcquireReply   status, u32 count, count x status    (status: u8 code, u16 n, n bytes text)
+//   kAcquireReply   status, u32 count, count x status    (status: u8 code, u16 n, n bytes text;
+//                   the code is common/wire_status.h's number)
 //   kRelease        (empty; no reply)
 //   kFetchFd        u64 buffer id
 //   kFetchFdReply   status; exactly one fd rides along (SCM_RIGHTS) when the code is Ok
 // A payload longer than kMaxFramePayload, an unknown type or version, a non-zero reserved field,
-// a payload whose length disagrees with its content, or a status code outside StatusCode is a
-// bad frame: the receiver closes the connection.
+// a payload whose length disagrees with its content, or a status code the wire table does not
+// know is a bad frame: the receiver closes the connection.
 //
 // Version 2 added the deadline to each range. A version-1 peer and a version-2 peer do not talk:
 // each closes the other's connection as a bad frame (the initiator sees Unavailable and the
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "common/wire_codec.h"
 #include "ferry/status.h"
 
 namespace ferry::samehost {
@@ -69,7 +71,7 @@ struct FrameHeader {
   uint32_t payload_length = 0;
 };
 
-// Appends little-endian integers / a status to `out`.
+// Appends little-endian integers / a status to `out` (through common/wire_codec.h).
 void PutU16(std::string* out, uint16_t v);
 void PutU32(std::string* out, uint32_t v);
 void PutU64(std::string* out, uint64_t v);
@@ -80,19 +82,18 @@ void PutHeader(std::string* out, FrameType type, uint32_t payload_length);
 // Parses a header; InvalidArgument (a bad frame) when it breaks the rules above.
 Result<FrameHeader> ParseHeader(const uint8_t* bytes);
 
-// Reads a payload front to back; every getter fails (returns false) past the end.
+// Reads a payload front to back (a common/wire_codec.h reader); every getter fails (returns
+// false, its output untouched) past the end or on a malformed value.
 class Reader {
  public:
-  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  explicit Reader(std::string_view bytes) : in_(bytes, "grant frame") {}
   bool GetU32(uint32_t* v);
   bool GetU64(uint64_t* v);
   bool GetStatus(Status* status);
-  size_t remaining() const { return bytes_.size() - pos_; }
+  size_t remaining() const { return in_.remaining(); }
 
  private:
-  bool Take(size_t n, const char** p);
-  std::string_view bytes_;
-  size_t pos_ = 0;
+  WireReader in_;
 };
 
 // Sends all of `bytes` on non-blocking `fd` (MSG_NOSIGNAL), waiting for room until `deadline`.

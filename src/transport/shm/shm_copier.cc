@@ -35,6 +35,14 @@ Status ShmCopier::Check(const Slice& slice) {
   return Status::Ok();
 }
 
+Status ShmCopier::CheckPeer(const samehost::GrantConnection& connection) {
+  if (connection.peer_pid() == address_.pid) return Status::Ok();
+  return PermissionDeniedError("shm peer " + name_ + ": its grant socket " + address_.socket_path +
+                               " is answered by pid " + std::to_string(connection.peer_pid()) +
+                               ", not by pid " + std::to_string(address_.pid) +
+                               " that it publishes; refusing to copy into either");
+}
+
 std::shared_ptr<RemoteMapping> ShmCopier::Find(const MappingKey& key, uint64_t min_length) {
   MutexLock lock(mu_);
   auto it = mappings_.find(key);

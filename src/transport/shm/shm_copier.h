@@ -60,6 +60,10 @@ class ShmCopier final : public samehost::PeerCopier {
 
   // The key decodes, and a mapped slice lies inside its buffer.
   Status Check(const Slice& slice) override;
+  // The grant socket is answered by the pid the peer publishes, the one process_vm_* copies
+  // into: PermissionDenied naming both pids otherwise (another process listening at the path
+  // would grant accesses to memory it does not own).
+  Status CheckPeer(const samehost::GrantConnection& connection) override;
   // Maps the buffers of granted mapped slices that are not mapped yet (FetchFd over
   // `connection`); a buffer that cannot be mapped is copied with process_vm_* instead.
   void PrepareCopies(std::span<Slice* const> granted, samehost::GrantConnection& connection,

@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/sanitizers.h"
 #include "test_servers.h"
 #include "transport/conformance/test_context.h"
+#include "transport/shm/shm_encoding.h"
 #include "transport/shm/shm_test_pattern.h"
 #include "transport/shm/shm_transport.h"
-#include "common/sanitizers.h"
 
 namespace ferry {
 namespace {
@@ -72,8 +73,20 @@ class ShmProcessTest : public ::testing::Test {
     Result<testing::TempDir> dir = testing::TempDir::Create("shm-process-test");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = std::make_unique<testing::TempDir>(std::move(dir).value());
-    Result<std::unique_ptr<testing::ChildProcess>> child = testing::ChildProcess::SpawnPiped(
-        {testing::BinDir() + "/shm_test_peer", dir_->path()}, dir_->path() + "/peer.log");
+    SpawnPeer(false);
+  }
+
+  // Starts shm_test_peer (after quitting the one running, if any); `noptrace`: its transport
+  // does not call PR_SET_PTRACER.
+  void SpawnPeer(bool noptrace) {
+    if (child_) {
+      (void)child_->WriteLine("quit");
+      child_->Stop(milliseconds(2000));
+    }
+    std::vector<std::string> argv = {testing::BinDir() + "/shm_test_peer", dir_->path()};
+    if (noptrace) argv.push_back("noptrace");
+    Result<std::unique_ptr<testing::ChildProcess>> child =
+        testing::ChildProcess::SpawnPiped(argv, dir_->path() + "/peer.log");
     ASSERT_TRUE(child.ok()) << child.status();
     child_ = std::move(child).value();
     Result<std::string> ready = child_->ReadLine(kWait);
@@ -92,15 +105,17 @@ class ShmProcessTest : public ::testing::Test {
     }
   }
 
-  void StartInitiator() {
+  // `published`: the peer's shm bytes to connect with instead of what it published.
+  void StartInitiator(bool allow_ptrace = true, const std::string& published = "") {
     ShmTransportOptions options;
     options.socket_dir = dir_->path();
+    options.allow_same_user_ptrace = allow_ptrace;
     initiator_ = std::make_unique<ShmTransport>(options);
     ASSERT_TRUE(initiator_->Start(&ctx_, {"initiator", ""}).ok());
     SegmentDesc desc;
     desc.name = "peer";
     desc.incarnation = peer_incarnation_;
-    desc.transports["shm"] = peer_published_;
+    desc.transports["shm"] = published.empty() ? peer_published_ : published;
     Result<std::shared_ptr<PeerLink>> link = initiator_->Connect(desc);
     ASSERT_TRUE(link.ok()) << link.status();
     link_ = *link;
@@ -258,6 +273,81 @@ TEST_F(ShmProcessTest, KernelRefusingAttachFailsTheSliceWithPermissionDenied) {
       Command("check " + std::to_string(shared.addr) + " " + std::to_string(64 * kKiB) + " 66"),
       "ok");
   initiator_->Stop();
+}
+
+// process_vm_writev goes to the pid a peer publishes, on the strength of grants from whatever
+// answers the grant socket it publishes: the two must be one process. Here the descriptor names
+// the peer's pid but a grant socket in this process, whose context grants the peer's region:
+// every slice fails PermissionDenied naming both pids, nothing is asked, and no byte moves.
+TEST_F(ShmProcessTest, GrantSocketAnsweredByAnotherPidIsRefused) {
+  const PeerRegion region = Alloc(64 * kKiB, false);
+  ASSERT_EQ(
+      Command("memset " + std::to_string(region.addr) + " " + std::to_string(64 * kKiB) + " 90"),
+      "ok");
+  TestContext impostor_ctx(peer_incarnation_);
+  impostor_ctx.AddRegion(reinterpret_cast<const void*>(region.addr), 64 * kKiB, 1, true, "shm");
+  ShmTransportOptions options;
+  options.socket_dir = dir_->path();
+  ShmTransport impostor(options);
+  Result<std::string> impostor_published = impostor.Start(&impostor_ctx, {"impostor", ""});
+  ASSERT_TRUE(impostor_published.ok()) << impostor_published.status();
+  Result<shm::PeerAddress> impostor_address = shm::DecodePeerAddress(*impostor_published);
+  Result<shm::PeerAddress> peer_address = shm::DecodePeerAddress(peer_published_);
+  ASSERT_TRUE(impostor_address.ok() && peer_address.ok());
+  ASSERT_EQ(peer_address->pid, child_->pid());
+  StartInitiator(true, shm::EncodePeerAddress({child_->pid(), impostor_address->socket_path}));
+
+  std::vector<uint8_t> src(64 * kKiB, 0x17);
+  std::vector<uint8_t> back(64 * kKiB, 0x3C);
+  SliceBatch batch(&ctx_);
+  batch.Add(Make(OpCode::kWrite, src.data(), region.addr, src.size(), region));
+  batch.Add(Make(OpCode::kRead, back.data(), region.addr, back.size(), region));
+  ASSERT_TRUE(Run(batch));
+  for (Slice* s : batch.ptrs) {
+    const Status st = ctx_.StatusOf(s);
+    EXPECT_EQ(st.code(), StatusCode::kPermissionDenied) << st;
+    EXPECT_NE(st.message().find("answered by pid " + std::to_string(::getpid())), std::string::npos)
+        << st;
+    EXPECT_NE(st.message().find("not by pid " + std::to_string(child_->pid())), std::string::npos)
+        << st;
+  }
+  EXPECT_EQ(impostor_ctx.pin_calls(), 0u) << "an impostor's grant was asked for";
+  EXPECT_EQ(
+      Command("check " + std::to_string(region.addr) + " " + std::to_string(64 * kKiB) + " 90"),
+      "ok")
+      << "a byte landed in the peer on an impostor's grant";
+  for (size_t i = 0; i < back.size(); ++i)
+    ASSERT_EQ(back[i], 0x3C) << "read returned bytes at " << i;
+  EXPECT_EQ(initiator_->stats().cma_slices, 0u);
+  initiator_->Stop();
+  impostor.Stop();
+
+  // The same peer through its own socket: the check passes and the bytes move.
+  StartInitiator();
+  SliceBatch honest(&ctx_);
+  honest.Add(Make(OpCode::kWrite, src.data(), region.addr, src.size(), region));
+  ASSERT_TRUE(Run(honest));
+  ASSERT_TRUE(AllOk(honest));
+  EXPECT_EQ(
+      Command("check " + std::to_string(region.addr) + " " + std::to_string(64 * kKiB) + " 23"),
+      "ok");
+}
+
+// allow_same_user_ptrace off on both sides: neither transport asks for PR_SET_PTRACER, and
+// shared (managed) buffers still move both ways, copied through the mapping, not with CMA.
+// (What the option trades away, CMA into this process under Yama ptrace_scope 1, needs a kernel
+// with Yama to show; KernelRefusingAttachFailsTheSliceWithPermissionDenied shows the mapped path
+// working where the kernel refuses CMA.)
+TEST_F(ShmProcessTest, SharedBuffersMoveWithSameUserPtraceOff) {
+  SpawnPeer(true);
+  EXPECT_EQ(Command("ptracer"), "ptracer 0");
+  StartInitiator(false);
+  EXPECT_FALSE(initiator_->stats().same_user_ptrace_requested);
+  const PeerRegion region = Alloc(kMiB, true);
+  ASSERT_EQ(region.key.rfind("mapped:", 0), 0u) << region.key;
+  WriteReadAcross(region, kMiB, 4);
+  EXPECT_EQ(initiator_->stats().mapped_slices, 8u);
+  EXPECT_EQ(initiator_->stats().cma_slices, 0u);
 }
 
 TEST_F(ShmProcessTest, NoByteLandsAfterUnregisterDuringTraffic) {

@@ -8,8 +8,10 @@
 //   close <addr>                 -> "ok" | "none"           (the registry's unregister step 1)
 //   waitnopins <ms>              -> "ok" | "timeout"
 //   nodump                       -> "ok" | "error <errno>"  (prctl PR_SET_DUMPABLE 0)
+//   ptracer                      -> "ptracer 0|1"  (whether Start asked for PR_SET_PTRACER_ANY)
 //   quit                         -> "bye", then exits 0
-// At start it prints "ready <incarnation> <published shm bytes>". argv[1]: the socket dir.
+// At start it prints "ready <incarnation> <published shm bytes>". argv[1]: the socket dir;
+// argv[2] "noptrace" (optional): ShmTransportOptions::allow_same_user_ptrace = false.
 #include <sys/prctl.h>
 
 #include <cerrno>
@@ -36,9 +38,10 @@ uint8_t* Ptr(uint64_t addr) { return reinterpret_cast<uint8_t*>(addr); }
 
 class Peer {
  public:
-  explicit Peer(std::string dir) : ctx_(kIncarnation) {
+  Peer(std::string dir, bool allow_ptrace) : ctx_(kIncarnation) {
     ShmTransportOptions options;
     options.socket_dir = std::move(dir);
+    options.allow_same_user_ptrace = allow_ptrace;
     transport_ = std::make_unique<ShmTransport>(options);
   }
   ~Peer() {
@@ -84,6 +87,9 @@ class Peer {
     } else if (cmd == "nodump") {
       const bool done = ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
       std::cout << (done ? "ok" : "error " + std::to_string(errno)) << std::endl;
+    } else if (cmd == "ptracer") {
+      std::cout << "ptracer " << (transport_->stats().same_user_ptrace_requested ? 1 : 0)
+                << std::endl;
     } else if (cmd == "quit") {
       std::cout << "bye" << std::endl;
       return false;
@@ -110,7 +116,8 @@ class Peer {
     }
     std::memset(p, 0, length);
     const auto addr = reinterpret_cast<uint64_t>(p);
-    Result<std::string> key = transport_->RegisterMemory(addr, length, Location::Cpu());
+    Result<std::string> key =
+        transport_->RegisterMemory(addr, length, Location::Cpu(), MemoryAccess::kRemote);
     if (!key.ok()) {
       std::cout << "error " << key.status() << std::endl;
       return;
@@ -139,11 +146,12 @@ class Peer {
 }  // namespace ferry
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: shm_test_peer <socket dir>" << std::endl;
+  const bool noptrace = argc == 3 && std::string(argv[2]) == "noptrace";
+  if (argc != 2 && !noptrace) {
+    std::cerr << "usage: shm_test_peer <socket dir> [noptrace]" << std::endl;
     return 2;
   }
-  ferry::Peer peer(argv[1]);
+  ferry::Peer peer(argv[1], !noptrace);
   if (!peer.Start()) return 1;
   std::string line;
   while (std::getline(std::cin, line)) {

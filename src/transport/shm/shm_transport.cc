@@ -20,6 +20,7 @@ namespace shm {
 // read-only; the members are thread-safe.
 struct ShmRuntime {
   std::shared_ptr<ShmCounters> counters = std::make_shared<ShmCounters>();
+  bool ptracer_requested = false;                 // Start called prctl(PR_SET_PTRACER, ANY)
   std::unique_ptr<samehost::GrantServer> server;  // reset by Stop
   std::unique_ptr<samehost::CopyEngine> engine;   // stopped by Stop
 };
@@ -56,7 +57,7 @@ TransportCapabilities ShmTransport::capabilities() const {
   return caps;
 }
 
-Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportStartInfo& /*info*/) {
+Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportStartInfo& info) {
   MutexLock lock(lifecycle_mu_);
   if (started_.load() || stopped_) return BusyError("shm transport already started or stopped");
   if (ctx == nullptr) return InvalidArgumentError("shm Start: null context");
@@ -69,9 +70,11 @@ Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportSt
   engine_options.max_queued_slices = options_.max_queued_slices;
   engine_options.max_batch = shm::kMaxBatch;
   engine_options.idle_timeout = options_.idle_timeout;
+  engine_options.auth_secret = info.auth_secret;  // grant connections authenticate with it
   ASSIGN_OR_RETURN(runtime->engine, samehost::CopyEngine::Start(ctx, engine_options));
   samehost::GrantServer::Options server_options;
   server_options.transport = "shm";
+  server_options.auth_secret = info.auth_secret;
   server_options.dir = options_.socket_dir;
   server_options.fds = [allocations = allocations_.get()](uint64_t id) {
     return allocations->DupFd(id);
@@ -80,7 +83,10 @@ Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportSt
   server_options.max_ranges_per_acquire = shm::kMaxBatch;
   server_options.drain_timeout = options_.io_timeout;
   ASSIGN_OR_RETURN(runtime->server, samehost::GrantServer::Start(ctx, std::move(server_options)));
-  shm::AllowSameUserAttach();
+  if (options_.allow_same_user_ptrace) {
+    shm::AllowSameUserAttach();
+    runtime->ptracer_requested = true;
+  }
   const std::string published = shm::EncodePeerAddress({::getpid(), runtime->server->path()});
   runtime_ = std::move(runtime);
   started_.store(true, std::memory_order_release);
@@ -97,7 +103,8 @@ void ShmTransport::Stop() {
 }
 
 Result<std::string> ShmTransport::RegisterMemory(uint64_t addr, uint64_t length,
-                                                 const Location& location) {
+                                                 const Location& location,
+                                                 MemoryAccess /*access*/) {
   if (location.is_device()) {
     return NotFoundError("shm reaches host memory only, not " + location.ToString());
   }
@@ -159,6 +166,7 @@ ShmTransportStats ShmTransport::stats() const {
   out.timed_out_slices = e.timed_out_slices;
   out.mappings_alive = c.mappings_alive.load(std::memory_order_relaxed);
   out.idle_connections_closed = e.idle_connections_closed;
+  out.same_user_ptrace_requested = runtime_->ptracer_requested;
   return out;
 }
 

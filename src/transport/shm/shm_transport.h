@@ -8,9 +8,12 @@
 //    the target's pid (cross-memory attach). The kernel allows it when the initiator may ptrace
 //    the target: same user and a dumpable target, or CAP_SYS_PTRACE. Linux Yama
 //    (kernel.yama.ptrace_scope = 1) further restricts ptrace to descendants, so Start() calls
-//    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) to let same-user peers attach to this process.
-//    When the kernel refuses (EPERM) the slice fails with PermissionDenied, and a vanished pid
-//    (ESRCH) with Unavailable; the engine then falls back to another transport.
+//    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) to let same-user peers attach to this process
+//    when ShmTransportOptions::allow_same_user_ptrace says so (EngineOptions has the
+//    consequences). When the kernel refuses (EPERM) the slice fails with PermissionDenied, and a
+//    vanished pid (ESRCH) with Unavailable; the engine then falls back to another transport.
+//    Before copying, the initiator checks that its grant socket is answered by the pid the peer
+//    publishes (SO_PEERCRED): PermissionDenied naming both pids otherwise, nothing copied.
 //  - "mapped": memory inside a buffer from AllocateShared (a memfd). The initiator fetches the
 //    buffer's fd once over the grant channel (SCM_RIGHTS), maps it MAP_SHARED, caches the mapping
 //    per (peer incarnation, buffer id) in the link, and copies with memcpy while the grant is
@@ -54,6 +57,12 @@ struct ShmTransportOptions {
   // Grant connections unused for this long are closed (the target's thread for each goes with
   // it). 0: kept until the link is dropped.
   std::chrono::milliseconds idle_timeout{0};
+  // Start() calls prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY): under Yama ptrace_scope 1, peers
+  // of this user may then copy into this process with CMA, and may also ptrace all of it (see
+  // EngineOptions::allow_same_user_ptrace, which the engine sets this from). false: no call;
+  // peers' CMA copies into this process may be refused, mapped (AllocateShared) buffers still
+  // move.
+  bool allow_same_user_ptrace = true;
 };
 
 // Counters since Start, for tests and diagnostics.
@@ -67,6 +76,9 @@ struct ShmTransportStats {
   uint64_t timed_out_slices = 0;         // slices completed with Timeout (their deadline passed)
   uint64_t mappings_alive = 0;           // peer buffers mapped now (all links)
   uint64_t idle_connections_closed = 0;  // grant connections closed by idle_timeout
+  // Not a counter: whether Start asked for prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY) (whatever
+  // the kernel answered: without Yama it is refused, and changes nothing).
+  bool same_user_ptrace_requested = false;
 };
 
 // Thread contract: thread-safe after Start; Submit may be called from many threads at once.
@@ -96,9 +108,10 @@ class ShmTransport final : public Transport {
 
   // CPU memory only: NotFound ("not reachable by this transport") for device memory. Memory
   // wholly inside one AllocateShared buffer gets a "mapped:..." key, any other a "cma" key.
-  // Works before Start.
-  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
-                                     const Location& location) override;
+  // Works before Start. Every peer access is granted by this process's grant server through
+  // PinRemoteAccess, which refuses a kLocal region, so `access` needs no state here.
+  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length, const Location& location,
+                                     MemoryAccess access) override;
   Status UnregisterMemory(uint64_t addr, uint64_t length) override;
 
   // A memfd of `length` bytes (> 0) mapped MAP_SHARED, zero-filled. Huge pages (MFD_HUGETLB)
@@ -126,6 +139,7 @@ class ShmTransport final : public Transport {
   Result<std::string> OnExchange(std::string_view payload) override;
 
   ShmTransportStats stats() const;
+  const ShmTransportOptions& options() const { return options_; }
 
  private:
   const ShmTransportOptions options_;

@@ -133,7 +133,8 @@ class ShmTransportTest : public ::testing::Test {
       p = heap_.back().get();
     }
     std::memset(p, 0, length);
-    Result<std::string> k = target_->RegisterMemory(Addr(p), length, Location::Cpu());
+    Result<std::string> k =
+        target_->RegisterMemory(Addr(p), length, Location::Cpu(), MemoryAccess::kRemote);
     EXPECT_TRUE(k.ok()) << k.status();
     *key = k.value_or("");
     target_ctx_.AddRegion(p, length, 1, true, "shm");
@@ -220,18 +221,40 @@ TEST_F(ShmTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   }
 }
 
+// Start asks for PR_SET_PTRACER_ANY (letting any process of this user ptrace this one under
+// Yama ptrace_scope 1) only when allow_same_user_ptrace is set. This kernel may have no Yama (the
+// call then fails with EINVAL and changes nothing), so what is checked is whether it was asked.
+TEST_F(ShmTransportTest, SameUserPtraceIsAskedForOnlyWhenAllowed) {
+  ShmTransport allowed(Options());
+  EXPECT_FALSE(allowed.stats().same_user_ptrace_requested);  // not started
+  ASSERT_TRUE(allowed.Start(&target_ctx_, {"a", ""}).ok());
+  EXPECT_TRUE(allowed.stats().same_user_ptrace_requested);
+  ShmTransportOptions off = Options();
+  off.allow_same_user_ptrace = false;
+  ShmTransport refused(off);
+  ASSERT_TRUE(refused.Start(&target_ctx_, {"b", ""}).ok());
+  EXPECT_FALSE(refused.stats().same_user_ptrace_requested);
+}
+
 TEST_F(ShmTransportTest, KeysSayHowTheMemoryIsReached) {
   ShmTransport shm(Options());
   std::vector<uint8_t> heap(4096);
-  EXPECT_EQ(shm.RegisterMemory(Addr(heap.data()), heap.size(), Location::Cpu()).value_or(""),
-            "cma");
-  EXPECT_EQ(shm.RegisterMemory(Addr(heap.data()), heap.size(), Location::Cuda(0)).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(
+      shm.RegisterMemory(Addr(heap.data()), heap.size(), Location::Cpu(), MemoryAccess::kRemote)
+          .value_or(""),
+      "cma");
+  EXPECT_EQ(
+      shm.RegisterMemory(Addr(heap.data()), heap.size(), Location::Cuda(0), MemoryAccess::kRemote)
+          .status()
+          .code(),
+      StatusCode::kNotFound);
   Result<void*> shared = shm.AllocateShared(3 * kMiB, Location::Cpu());
   ASSERT_TRUE(shared.ok()) << shared.status();
   const uint64_t base = Addr(*shared);
-  Result<std::string> whole = shm.RegisterMemory(base, 3 * kMiB, Location::Cpu());
-  Result<std::string> inner = shm.RegisterMemory(base + 4096, kMiB, Location::CpuNuma(0));
+  Result<std::string> whole =
+      shm.RegisterMemory(base, 3 * kMiB, Location::Cpu(), MemoryAccess::kRemote);
+  Result<std::string> inner =
+      shm.RegisterMemory(base + 4096, kMiB, Location::CpuNuma(0), MemoryAccess::kRemote);
   ASSERT_TRUE(whole.ok() && inner.ok());
   Result<shm::BufferKey> a = shm::DecodeBufferKey(*whole);
   Result<shm::BufferKey> b = shm::DecodeBufferKey(*inner);
@@ -244,14 +267,16 @@ TEST_F(ShmTransportTest, KeysSayHowTheMemoryIsReached) {
   EXPECT_EQ(b->offset, 4096u);
   EXPECT_EQ(b->region_addr, base + 4096);
   // Leaving the buffer: reached with process_vm_* instead.
-  EXPECT_EQ(shm.RegisterMemory(base + 4096, 3 * kMiB, Location::Cpu()).value_or(""), "cma");
+  EXPECT_EQ(shm.RegisterMemory(base + 4096, 3 * kMiB, Location::Cpu(), MemoryAccess::kRemote)
+                .value_or(""),
+            "cma");
   EXPECT_TRUE(shm.UnregisterMemory(base, 3 * kMiB).ok());
 
   Result<void*> second = shm.AllocateShared(2 * kMiB, Location::Detect());  // huge-page sized
   ASSERT_TRUE(second.ok()) << second.status();
   std::memset(*second, 1, 2 * kMiB);
-  Result<shm::BufferKey> c =
-      shm::DecodeBufferKey(shm.RegisterMemory(Addr(*second), 10, Location::Cpu()).value_or(""));
+  Result<shm::BufferKey> c = shm::DecodeBufferKey(
+      shm.RegisterMemory(Addr(*second), 10, Location::Cpu(), MemoryAccess::kRemote).value_or(""));
   ASSERT_TRUE(c.ok());
   EXPECT_NE(c->buffer_id, a->buffer_id);
   EXPECT_TRUE(shm.FreeShared(*second).ok());

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "transport/tcp/tcp_runtime.h"
 
@@ -21,6 +22,9 @@ constexpr size_t kMaxIov = 64;
 // kDirectReadBytes still to come is received straight into local memory instead.
 constexpr size_t kReadAheadBytes = 32 * 1024;
 constexpr uint64_t kDirectReadBytes = 8 * 1024;
+// One sendmsg is built from sealed requests plus at most this many bytes of requests sealed
+// for it, so a WRITE payload is checksummed shortly before the kernel copies it.
+constexpr uint64_t kSealAheadBytes = 512 * 1024;
 
 uint8_t* LocalPtr(const Slice& slice, uint64_t offset) {
   return reinterpret_cast<uint8_t*>(slice.local_addr) + offset;  // NOLINT
@@ -143,9 +147,56 @@ void InitiatorConnection::OnConnected() {
   const TimePoint now = std::chrono::steady_clock::now();
   last_progress_ = now;
   last_active_ = now;
+  if (!runtime_->auth_secret.empty()) {
+    Result<auth::Handshake> handshake =
+        auth::Handshake::Client(auth::Channel::kTcp, runtime_->auth_secret, peer_name_);
+    if (!handshake.ok()) {
+      Fail(handshake.status());
+      return;
+    }
+    auth_.emplace(std::move(handshake).value());
+    Authenticate();
+    return;
+  }
   StartProbe(now);
   SendReady();
   if (state_ == State::kOpen) UpdateInterest();
+}
+
+void InitiatorConnection::Authenticate() {
+  while (state_ == State::kOpen && auth_.has_value()) {
+    if (auth_->denied()) {
+      auth::FlushRefusal(*auth_, fd_.get());  // best-effort: the target learns why
+      const Status why = auth_->error();
+      auth_.reset();
+      Fail(why);
+      return;
+    }
+    if (auth_->done()) {
+      auth_.reset();
+      StartProbe(std::chrono::steady_clock::now());
+      SendReady();  // the hello; requests follow its reply
+      return;
+    }
+    const std::span<const uint8_t> out = auth_->output();
+    if (!out.empty()) {
+      const ssize_t sent = send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        Fail(Broken("send: " + ErrnoText(errno)));
+        return;
+      }
+      last_progress_ = std::chrono::steady_clock::now();
+      auth_->Sent(static_cast<size_t>(sent));
+      continue;
+    }
+    uint8_t in[auth::kMessageSize];
+    size_t got = 0;
+    if (ReadSome(in, std::min(sizeof(in), auth_->want()), &got) != Io::kProgress) break;
+    auth_->Received(std::span<const uint8_t>(in, got));
+  }
+  UpdateInterest();
 }
 
 void InitiatorConnection::StartProbe(TimePoint now) {
@@ -165,7 +216,7 @@ void InitiatorConnection::Refill() {
   {
     MutexLock lock(mu_);
     kick_posted_ = false;
-    if (state_ != State::kOpen || probing_ || draining_) return;
+    if (state_ != State::kOpen || auth_.has_value() || probing_ || draining_) return;
     if (!clock_valid_ || now - clock_.measured_at >= kClockRefresh) {
       // Requests wait for a fresh estimate; the hello goes once the window drained.
       probe = window_.empty() && !pending_.empty();
@@ -200,8 +251,17 @@ void InitiatorConnection::FillWindowLocked(TimePoint now, std::vector<Slice*>* e
     header.incarnation = slice->peer_incarnation;
     header.generation = slice->remote_generation;
     header.deadline = clock_.TargetDeadline(slice->deadline);
-    EncodeRequestHeader(header, request.header);
+    header.payload_checksum = runtime_->options.payload_checksum;
+    request.wire = header;  // sealed (encoded, checksummed) by SendReady
   }
+}
+
+void InitiatorConnection::Seal(Request& r) {
+  if (r.wire.op == WireOp::kWrite && r.wire.payload_checksum) {
+    r.wire.payload_crc = Crc32c(LocalPtr(*r.slice, 0), r.slice->length);
+  }
+  EncodeRequestHeader(r.wire, r.header);
+  r.sealed = true;
 }
 
 Status InitiatorConnection::ExpiredStatus(bool on_wire) const {
@@ -233,6 +293,10 @@ bool InitiatorConnection::SendHello() {
 
 void InitiatorConnection::SendReady() {
   if (state_ != State::kOpen) return;
+  if (auth_.has_value()) {
+    Authenticate();
+    return;
+  }
   if (probing_) {
     // Nothing follows a hello until its reply came.
     (void)SendHello();
@@ -243,8 +307,14 @@ void InitiatorConnection::SendReady() {
   while (send_index_ < window_.size() && moved < runtime_->options.bytes_per_turn) {
     std::array<iovec, kMaxIov> iov{};
     size_t n = 0;
+    uint64_t sealed_now = 0;
     for (size_t i = send_index_; i < window_.size() && n + 2 <= kMaxIov; ++i) {
       Request& r = window_[i];
+      if (!r.sealed) {
+        if (sealed_now >= kSealAheadBytes) break;
+        Seal(r);
+        sealed_now += r.total;
+      }
       if (r.sent < kRequestHeaderSize) {
         iov[n++] = {r.header.data() + r.sent, kRequestHeaderSize - r.sent};
       }
@@ -295,6 +365,10 @@ InitiatorConnection::Io InitiatorConnection::ReadSome(void* buf, size_t len, siz
 }
 
 void InitiatorConnection::ReceiveReady() {
+  if (auth_.has_value()) {
+    Authenticate();
+    return;
+  }
   uint64_t moved = 0;
   while (state_ == State::kOpen && moved < runtime_->options.bytes_per_turn) {
     // The read-ahead buffer is always empty here: what is read into it is parsed at once, so
@@ -308,10 +382,9 @@ void InitiatorConnection::ReceiveReady() {
     size_t got = 0;
     if (direct) {
       const Slice& slice = *window_.front().slice;
-      if (ReadSome(LocalPtr(slice, payload_got_), slice.length - payload_got_, &got) !=
-          Io::kProgress) {
-        break;
-      }
+      uint8_t* const into = LocalPtr(slice, payload_got_);
+      if (ReadSome(into, slice.length - payload_got_, &got) != Io::kProgress) break;
+      if (payload_checked_) body_crc_ = Crc32cExtend(body_crc_, into, got);
       payload_got_ += got;
       if (payload_got_ == slice.length) FinishResponse();
     } else {
@@ -338,6 +411,11 @@ bool InitiatorConnection::ConsumeBuffered() {
       std::memcpy(response_bytes_.data() + response_got_, from, take);
       response_got_ += take;
       in_begin_ += take;
+      if (StartsWithMagic(std::span<const uint8_t>(response_bytes_.data(), response_got_),
+                          kResponseMagic)) {
+        phase_ = RecvPhase::kHeader;  // a closing notice instead of the reply (tcp_protocol.h)
+        continue;
+      }
       if (response_got_ == kHelloSize && !AcceptHelloReply()) return false;
     } else if (phase_ == RecvPhase::kHeader) {
       take = std::min(available, kResponseHeaderSize - response_got_);
@@ -351,7 +429,10 @@ bool InitiatorConnection::ConsumeBuffered() {
       message_got_ += take;
       in_begin_ += take;
       if (message_got_ == message_.size()) {
-        if (response_.payload_length > 0) {
+        body_crc_ = Crc32c(message_);
+        if (response_.is_notice()) {
+          OnNotice();
+        } else if (response_.payload_length > 0) {
           phase_ = RecvPhase::kPayload;
         } else {
           FinishResponse();
@@ -362,6 +443,7 @@ bool InitiatorConnection::ConsumeBuffered() {
       const Slice& slice = *window_.front().slice;
       take = std::min<uint64_t>(available, slice.length - payload_got_);
       std::memcpy(LocalPtr(slice, payload_got_), from, take);
+      if (payload_checked_) body_crc_ = Crc32cExtend(body_crc_, from, take);
       payload_got_ += take;
       in_begin_ += take;
       if (payload_got_ == slice.length) FinishResponse();
@@ -371,6 +453,13 @@ bool InitiatorConnection::ConsumeBuffered() {
 }
 
 bool InitiatorConnection::AcceptHelloReply() {
+  // A target that requires authentication (this runtime has no secret) refuses here.
+  if (Status refused =
+          auth::RefusalIn(std::span<const uint8_t>(response_bytes_.data(), kHelloSize), peer_name_);
+      !refused.ok()) {
+    Fail(refused);
+    return false;
+  }
   uint64_t target_ns = 0;
   Status decoded =
       DecodeHello(std::span<const uint8_t, kHelloSize>(response_bytes_.data(), kHelloSize),
@@ -410,6 +499,21 @@ bool InitiatorConnection::AcceptResponseHeader() {
     BadFrame(decoded.message());
     return false;
   }
+  response_got_ = 0;
+  message_.assign(response_.message_length, '\0');
+  message_got_ = 0;
+  payload_got_ = 0;
+  payload_checked_ = false;
+  body_crc_ = 0;
+  if (response_.is_notice()) {
+    // The target found a bad frame and closes; its reason follows as the message.
+    if (response_.message_length > 0) {
+      phase_ = RecvPhase::kMessage;
+    } else {
+      OnNotice();
+    }
+    return state_ == State::kOpen;
+  }
   if (send_index_ == 0 || response_.request_id != window_.front().id) {
     BadFrame("response " + std::to_string(response_.request_id) + " answers no sent request");
     return false;
@@ -422,10 +526,7 @@ bool InitiatorConnection::AcceptResponseHeader() {
              std::to_string(expected));
     return false;
   }
-  response_got_ = 0;
-  message_.assign(response_.message_length, '\0');
-  message_got_ = 0;
-  payload_got_ = 0;
+  payload_checked_ = response_.payload_length > 0 && window_.front().wire.payload_checksum;
   if (response_.message_length > 0) {
     phase_ = RecvPhase::kMessage;
   } else if (response_.payload_length > 0) {
@@ -436,7 +537,25 @@ bool InitiatorConnection::AcceptResponseHeader() {
   return true;
 }
 
+bool InitiatorConnection::BodyIntact() {
+  if (body_crc_ == response_.body_crc) return true;
+  const std::string id = std::to_string(response_.request_id);
+  const std::string what = response_.payload_length > 0
+                               ? "payload of READ request " + id + " (" +
+                                     std::to_string(response_.payload_length) + " bytes)"
+                               : "response message of request " + id;
+  BadFrame(ChecksumMismatch(what, response_.body_crc, body_crc_));
+  return false;
+}
+
+void InitiatorConnection::OnNotice() {
+  if (!BodyIntact()) return;
+  Fail(Broken(message_));
+}
+
 void InitiatorConnection::FinishResponse() {
+  // Corrupted bytes never complete a slice (a READ's are in local memory already: it fails).
+  if (!BodyIntact()) return;
   phase_ = RecvPhase::kHeader;
   Slice* slice = window_.front().slice;
   window_.pop_front();
@@ -488,7 +607,8 @@ void InitiatorConnection::OnTick(TimePoint now) {
     return;
   }
   const bool waiting =
-      state_ == State::kConnecting || (state_ == State::kOpen && (!window_.empty() || probing_));
+      state_ == State::kConnecting ||
+      (state_ == State::kOpen && (!window_.empty() || probing_ || auth_.has_value()));
   if (waiting && now - last_progress_ >= runtime_->options.io_timeout) {
     runtime_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
     const auto ms = runtime_->options.io_timeout.count();
@@ -545,8 +665,8 @@ bool InitiatorConnection::InFlightExpired(TimePoint now) const {
 
 void InitiatorConnection::CloseIfIdle(TimePoint now) {
   const auto idle = runtime_->options.idle_timeout;
-  if (idle.count() == 0 || state_ != State::kOpen || probing_ || draining_ || !window_.empty() ||
-      now - last_active_ < idle) {
+  if (idle.count() == 0 || state_ != State::kOpen || auth_.has_value() || probing_ || draining_ ||
+      !window_.empty() || now - last_active_ < idle) {
     return;
   }
   {
@@ -562,7 +682,9 @@ void InitiatorConnection::CloseIfIdle(TimePoint now) {
 
 void InitiatorConnection::UpdateInterest() {
   if (state_ != State::kOpen) return;
-  const bool to_send = probing_ ? hello_sent_ < kHelloSize : send_index_ < window_.size();
+  const bool to_send = auth_.has_value() ? !auth_->output().empty()
+                       : probing_         ? hello_sent_ < kHelloSize
+                                          : send_index_ < window_.size();
   const uint32_t want = EPOLLIN | (to_send ? EPOLLOUT : 0u);
   if (want == interest_) return;
   interest_ = want;

@@ -1,10 +1,18 @@
 // InitiatorConnection: one persistent data connection from this engine to a peer's tcp
-// listener. Once connected it measures the target's clock (a hello round trip, repeated when the
+// listener. Once connected it authenticates when the runtime has a secret (common/peer_auth.h;
+// a denial fails every slice it holds with PermissionDenied, as does a target's refusal read
+// where the clock hello's reply should be), then it measures the target's clock (a hello round trip, repeated when the
 // estimate is older than kClockRefresh). Slices are queued from any thread; the loop thread
 // writes their requests (WRITE payloads straight from local memory, the deadline mapped to the
 // target's clock), keeps up to `window` of them in flight, reads the responses in order (READ
 // payloads straight into local memory) and completes each slice through the context (small
 // responses are read through a read-ahead buffer, so one recv takes many of them).
+//
+// Checksums (tcp_protocol.h): each request header is sealed with its checksum (and a WRITE's
+// payload checksum) just before it goes out; a response is believed only when its header
+// checksum matches, and a READ's payload is checked as it lands. A mismatch is a bad frame: the
+// slice is never completed OK, and the connection fails (below) with a reason naming the
+// checksum. A target's closing notice fails every slice held here with the target's reason.
 //
 // Deadlines (see tcp_transport.h): a queued slice whose deadline passed completes with Timeout
 // unsent; a request on the wire whose deadline passed resets the connection. A broken,
@@ -23,11 +31,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/peer_auth.h"
 #include "transport/tcp/io_loop.h"
 #include "transport/tcp/tcp_protocol.h"
 #include "transport/tcp/tcp_socket.h"
@@ -90,11 +100,15 @@ class InitiatorConnection final : public IoHandler,
     uint64_t id = 0;
     uint64_t total = 0;  // header + WRITE payload bytes
     uint64_t sent = 0;
+    RequestHeader wire;   // what `header` encodes once sealed
+    bool sealed = false;  // `header` holds the encoded, checksummed header
     std::array<uint8_t, kRequestHeaderSize> header{};
   };
 
   void Connect();
   void OnConnected();
+  // Drives the handshake as far as the socket allows; once it is done, starts the clock hello.
+  void Authenticate();
   // Sends a hello next; no request goes out until its reply arrived.
   void StartProbe(TimePoint now);
   // Moves queued slices into the window while it has room (slices past their deadline complete
@@ -116,6 +130,14 @@ class InitiatorConnection final : public IoHandler,
   Io ReadSome(void* buf, size_t len, size_t* got);
   // Validates a decoded response header against the oldest request; false: failed (bad frame).
   bool AcceptResponseHeader();
+  // Encodes `r`'s header with its checksums (a WRITE's payload checksum is computed here, just
+  // before its bytes are sent, so they are still in cache when the kernel copies them).
+  void Seal(Request& r);
+  // A response's body is complete: false (the connection failed as a bad frame) when its
+  // checksum differs from the header's.
+  bool BodyIntact();
+  // The closing notice's message arrived: fails the connection with the target's reason.
+  void OnNotice();
   void FinishResponse();
   void BadFrame(const std::string& what);
   // Completes with Timeout every queued slice, and every request not yet begun on the wire,
@@ -156,6 +178,7 @@ class InitiatorConnection final : public IoHandler,
 
   // Loop thread only.
   State state_ = State::kNew;
+  std::optional<auth::Handshake> auth_;  // while authenticating (kOpen, before the hello)
   UniqueFd fd_;
   uint32_t interest_ = 0;
   TimePoint last_progress_{};
@@ -182,6 +205,8 @@ class InitiatorConnection final : public IoHandler,
   std::string message_;
   size_t message_got_ = 0;
   uint64_t payload_got_ = 0;
+  bool payload_checked_ = false;  // the response's payload counts in its body checksum
+  uint32_t body_crc_ = 0;         // of the response body received so far
 };
 
 }  // namespace ferry::tcp

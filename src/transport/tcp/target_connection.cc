@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "transport/tcp/tcp_runtime.h"
 
@@ -29,7 +30,8 @@ TargetConnection::TargetConnection(std::shared_ptr<TcpRuntime> runtime, IoLoop* 
       loop_(loop),
       fd_(std::move(fd)),
       peer_(std::move(peer)),
-      last_progress_(std::chrono::steady_clock::now()) {
+      last_progress_(std::chrono::steady_clock::now()),
+      accepted_at_(last_progress_) {
   runtime_->open_target_connections.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -38,6 +40,14 @@ TargetConnection::~TargetConnection() {
 }
 
 void TargetConnection::Start() {
+  Result<auth::Handshake> handshake =
+      auth::Handshake::Server(auth::Channel::kTcp, runtime_->auth_secret, peer_);
+  if (!handshake.ok()) {
+    FERRY_LOG(kError) << "tcp: cannot serve " << peer_ << ": " << handshake.status();
+    Close(handshake.status().message());
+    return;
+  }
+  auth_.emplace(std::move(handshake).value());
   ConfigureDataSocket(fd_.get());
   interest_ = EPOLLIN | EPOLLRDHUP;
   Status watched = loop_->Watch(shared_from_this(), fd_.get(), interest_);
@@ -67,9 +77,51 @@ TargetConnection::Io TargetConnection::ReadSome(void* buf, size_t len, size_t* g
   return Io::kClosed;
 }
 
+void TargetConnection::Authenticate() {
+  while (!closed_ && auth_.has_value()) {
+    if (auth_->denied()) {
+      auth::FlushRefusal(*auth_, fd_.get());  // best-effort: the initiator learns why
+      runtime_->refusals.Refused("tcp target", peer_, auth_->error());
+      Close(auth_->error().message());
+      return;
+    }
+    if (auth_->done()) {
+      const std::span<const uint8_t> first = auth_->passthrough();  // <= 4 bytes of a frame
+      std::copy(first.begin(), first.end(), header_bytes_.begin());
+      header_got_ = first.size();
+      auth_.reset();
+      last_progress_ = std::chrono::steady_clock::now();
+      break;
+    }
+    const std::span<const uint8_t> out = auth_->output();
+    if (!out.empty()) {
+      const ssize_t sent = send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        Close("send: " + ErrnoText(errno));
+        return;
+      }
+      last_progress_ = std::chrono::steady_clock::now();
+      auth_->Sent(static_cast<size_t>(sent));
+      continue;
+    }
+    uint8_t in[auth::kMessageSize];
+    size_t got = 0;
+    if (ReadSome(in, std::min(sizeof(in), auth_->want()), &got) != Io::kProgress) break;
+    auth_began_ = true;
+    auth_->Received(std::span<const uint8_t>(in, got));
+  }
+  UpdateInterest();
+}
+
 void TargetConnection::ReceiveReady() {
+  if (auth_.has_value()) {
+    Authenticate();
+    if (closed_ || auth_.has_value()) return;
+  }
   uint64_t moved = 0;
-  while (!closed_ && moved < runtime_->options.bytes_per_turn) {
+  while (!closed_ && !closing_ && moved < runtime_->options.bytes_per_turn) {
     size_t got = 0;
     if (phase_ == Phase::kHeader) {
       if (header_got_ == 0 && responses_.size() >= kMaxQueuedResponses) break;
@@ -79,6 +131,11 @@ void TargetConnection::ReceiveReady() {
       }
       header_got_ += got;
       const std::span<const uint8_t> frame(header_bytes_.data(), header_got_);
+      // A peer of another version may send shorter frames: judge its first bytes at once.
+      if (Status prefix = FramePrefixError(frame, kRequestMagic, kHelloMagic); !prefix.ok()) {
+        BadFrame(prefix.message());
+        return;
+      }
       if (StartsWithMagic(frame, kHelloMagic)) {
         // A conforming initiator sends nothing after a hello until the reply.
         if (header_got_ > kHelloSize) {
@@ -100,15 +157,24 @@ void TargetConnection::ReceiveReady() {
         phase_ = Phase::kDiscard;
         continue;
       }
-      if (ReadSome(TargetPtr(request_.remote_addr, payload_got_), request_.length - payload_got_,
-                   &got) != Io::kProgress) {
-        break;
-      }
+      uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
+      if (ReadSome(into, request_.length - payload_got_, &got) != Io::kProgress) break;
+      // Checked as it lands, while the bytes are still in cache.
+      if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, got);
       payload_got_ += got;
       if (payload_got_ == request_.length) {
         // Every byte is in memory: the access is over, then the WRITE is answered.
         pin_.Release();
         phase_ = Phase::kHeader;
+        if (request_.payload_checksum && payload_crc_ != request_.payload_crc) {
+          // The corrupted bytes are in the region already: the WRITE must fail, not succeed.
+          BadFrame(ChecksumMismatch("payload of WRITE request " +
+                                        std::to_string(request_.request_id) + " (" +
+                                        std::to_string(request_.length) + " bytes)",
+                                    request_.payload_crc, payload_crc_) +
+                   "; its target range may hold corrupted bytes");
+          return;
+        }
         QueueResponse(Status::Ok(), nullptr, 0, AccessPin());
       }
     } else {
@@ -130,7 +196,10 @@ void TargetConnection::ReceiveReady() {
 void TargetConnection::BadFrame(const std::string& what) {
   runtime_->counters.bad_frames.fetch_add(1, std::memory_order_relaxed);
   FERRY_LOG(kWarn) << "tcp: " << what << " from " << peer_ << "; closing";
-  Close(what);
+  // The initiator learns why before the connection goes (tcp_protocol.h, closing notice).
+  QueueNotice(UnavailableError("tcp target closed the connection: " + what));
+  closing_ = true;
+  SendReady();
 }
 
 bool TargetConnection::OnHello() {
@@ -175,6 +244,7 @@ bool TargetConnection::OnRequestHeader() {
   request_ = request;
   last_request_id_ = request.request_id;
   payload_got_ = 0;
+  payload_crc_ = 0;
   if (RequestExpired()) {
     // Checked before anything is pinned or moved: an expired request never starts.
     runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
@@ -222,12 +292,33 @@ void TargetConnection::QueueResponse(const Status& status, const uint8_t* payloa
   header.code = status.code();
   header.message_length = static_cast<uint16_t>(r.message.size());
   header.payload_length = length;
+  header.body_crc = Crc32c(r.message);
+  if (length > 0 && request_.payload_checksum) {
+    header.body_crc = Crc32cExtend(header.body_crc, payload, length);
+  }
   EncodeResponseHeader(header, r.header);
   r.total = kResponseHeaderSize + r.message.size() + length;
   if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
 }
 
+void TargetConnection::QueueNotice(const Status& why) {
+  Response& r = responses_.emplace_back();
+  r.message = std::string(ClampMessage(why.message()));
+  ResponseHeader header;
+  header.request_id = kNoticeRequestId;
+  header.code = why.ok() ? StatusCode::kInternal : why.code();
+  header.message_length = static_cast<uint16_t>(r.message.size());
+  header.body_crc = Crc32c(r.message);
+  EncodeResponseHeader(header, r.header);
+  r.total = kResponseHeaderSize + r.message.size();
+  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
+}
+
 void TargetConnection::SendReady() {
+  if (auth_.has_value()) {
+    Authenticate();
+    return;
+  }
   uint64_t moved = 0;
   while (!closed_ && !responses_.empty() && moved < runtime_->options.bytes_per_turn) {
     std::array<iovec, kMaxIov> iov{};
@@ -269,6 +360,12 @@ void TargetConnection::SendReady() {
       if (r.sent == r.total) responses_.pop_front();  // releases a READ's pin
     }
   }
+  if (!closed_ && closing_ && responses_.empty() && !shut_down_) {
+    // The closing notice is out: end our side. The connection closes when the initiator hangs
+    // up (it reads the notice, then EOF) or after io_timeout.
+    (void)shutdown(fd_.get(), SHUT_WR);
+    shut_down_ = true;
+  }
   UpdateInterest();
 }
 
@@ -276,18 +373,24 @@ void TargetConnection::UpdateInterest() {
   if (closed_ || !watched_) return;
   const bool throttled =
       phase_ == Phase::kHeader && header_got_ == 0 && responses_.size() >= kMaxQueuedResponses;
+  const bool to_send = auth_.has_value() ? !auth_->output().empty() : !responses_.empty();
   const uint32_t want =
-      (throttled ? 0u : EPOLLIN) | EPOLLRDHUP | (responses_.empty() ? 0u : EPOLLOUT);
+      (throttled || closing_ ? 0u : EPOLLIN) | EPOLLRDHUP | (to_send ? EPOLLOUT : 0u);
   if (want == interest_) return;
   interest_ = want;
   loop_->Modify(this, fd_.get(), interest_);
 }
 
 bool TargetConnection::Busy() const {
-  return phase_ != Phase::kHeader || header_got_ > 0 || !responses_.empty();
+  return (auth_.has_value() && auth_began_) || phase_ != Phase::kHeader || header_got_ > 0 ||
+         !responses_.empty() || closing_;
 }
 
 void TargetConnection::OnEvents(uint32_t events) {
+  if (auth_.has_value() && (events & (EPOLLIN | EPOLLRDHUP)) != 0) {
+    Authenticate();  // first: a peer's refusal may come just before its hang-up
+    if (closed_) return;
+  }
   if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
     // The initiator closed, half-closed or reset: it gave up on every request it sent (it never
     // half-closes while it waits for answers), so what is not started yet must not be.
@@ -299,6 +402,16 @@ void TargetConnection::OnEvents(uint32_t events) {
 }
 
 void TargetConnection::OnTick(TimePoint now) {
+  if (!closed_ && auth_.has_value() && auth_->has_secret() &&
+      now - accepted_at_ >= runtime_->options.io_timeout) {
+    // The whole handshake is bounded from the accept, progress or not.
+    runtime_->refusals.Refused("tcp target", peer_,
+                               PermissionDeniedError("peer " + peer_ +
+                                                     " did not authenticate within the io "
+                                                     "timeout"));
+    Close("authentication timed out");
+    return;
+  }
   if (closed_ || !Busy() || now - last_progress_ < runtime_->options.io_timeout) return;
   runtime_->counters.timeouts.fetch_add(1, std::memory_order_relaxed);
   FERRY_LOG(kWarn) << "tcp: " << peer_ << " made no progress for "

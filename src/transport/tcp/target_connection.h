@@ -1,4 +1,8 @@
-// TargetConnection: serves one accepted data connection. It answers the initiator's clock hello
+// TargetConnection: serves one accepted data connection. It first runs the server side of the
+// authentication (common/peer_auth.h): with a secret, a peer must prove it within io_timeout
+// of the accept; without one, only a peer that asks to authenticate is refused. A refused peer
+// gets its refusal and the connection closes before a request is read (logged once per peer
+// address through the runtime's RefusalLog). Then it answers the initiator's clock hello
 // (the first frame, and later ones) with its steady clock. Requests are handled strictly in
 // order: a request whose deadline (in this host's clock) has passed is refused with Timeout
 // before anything is pinned, and a WRITE stops landing once its deadline passes mid-payload;
@@ -6,8 +10,12 @@
 // WRITE's payload is received straight into the pinned memory and answered once all of it is
 // there; a READ is answered with its payload sent straight from the pinned memory, the pin held
 // until the last byte is handed to the kernel. A rejected WRITE's payload is read and discarded,
-// nothing is written, and the rejection is the answer (tcp_protocol.h). A bad frame closes the
-// connection; so does a connection with a request or answer under way that makes no progress
+// nothing is written, and the rejection is the answer (tcp_protocol.h). Checksums: a request
+// header is believed only when its checksum matches, and a checksummed WRITE's payload is
+// checked as it lands; a READ's answer carries the checksum of its payload. A bad frame (a
+// checksum mismatch included) is answered with a closing notice saying why, after which the
+// connection reads nothing more and closes once the initiator hangs up (or after io_timeout); so
+// does a connection with a request or answer under way that makes no progress
 // for io_timeout, and so does an initiator's hang-up (close, half-close or reset): it gave up on
 // what it sent, so nothing not yet started is applied. At most kMaxQueuedResponses answers wait
 // to be sent; beyond that the connection stops reading until the initiator takes them.
@@ -20,8 +28,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "common/peer_auth.h"
 #include "transport/tcp/io_loop.h"
 #include "transport/tcp/tcp_protocol.h"
 #include "transport/tcp/tcp_socket.h"
@@ -65,6 +75,9 @@ class TargetConnection final : public IoHandler,
   };
 
   void ReceiveReady();
+  // Drives the handshake as far as the socket allows; once it is done, what it read of the
+  // first frame (without a secret) is in header_bytes_. Closes the connection on a denial.
+  void Authenticate();
   Io ReadSome(void* buf, size_t len, size_t* got);
   // A whole request header arrived: check it and start serving it. False: closed.
   bool OnRequestHeader();
@@ -72,8 +85,10 @@ class TargetConnection final : public IoHandler,
   bool OnHello();
   // Whether the request being served passed its deadline (this host's clock).
   bool RequestExpired() const;
+  // Counts and logs a bad frame, queues the closing notice saying `what` and stops reading.
   void BadFrame(const std::string& what);
   void QueueResponse(const Status& status, const uint8_t* payload, uint64_t length, AccessPin pin);
+  void QueueNotice(const Status& why);
   void SendReady();
   void UpdateInterest();
   bool Busy() const;
@@ -87,6 +102,9 @@ class TargetConnection final : public IoHandler,
   bool watched_ = false;
   uint32_t interest_ = 0;
   TimePoint last_progress_;
+  const TimePoint accepted_at_;
+  std::optional<auth::Handshake> auth_;  // from Start until the handshake is done
+  bool auth_began_ = false;              // a byte of it (or of a first frame) arrived
 
   Phase phase_ = Phase::kHeader;
   std::array<uint8_t, kRequestHeaderSize> header_bytes_{};
@@ -95,6 +113,9 @@ class TargetConnection final : public IoHandler,
   RequestHeader request_;
   uint64_t last_request_id_ = 0;
   uint64_t payload_got_ = 0;
+  uint32_t payload_crc_ = 0;            // of the WRITE payload received so far (when checksummed)
+  bool closing_ = false;                // a closing notice is queued: nothing more is read
+  bool shut_down_ = false;              // our side is shut down (the notice is out)
   AccessPin pin_;                       // the WRITE being received
   Status rejection_;                    // the WRITE being discarded
   std::unique_ptr<uint8_t[]> discard_;  // scratch for discarded payloads, made on first use

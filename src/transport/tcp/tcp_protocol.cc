@@ -1,93 +1,88 @@
 #include "transport/tcp/tcp_protocol.h"
 
 #include <algorithm>
-#include <array>
 #include <climits>
+#include <optional>
 #include <string>
+
+#include "common/crc32c.h"
+#include "common/wire_codec.h"
+#include "common/wire_status.h"
 
 namespace ferry::tcp {
 namespace {
 
-// Wire numbers of the status codes, fixed here so that reordering StatusCode cannot change the
-// protocol. The index is the wire value.
-constexpr std::array<StatusCode, 13> kWireStatus = {
-    StatusCode::kOk,
-    StatusCode::kInvalidArgument,
-    StatusCode::kNotFound,
-    StatusCode::kAlreadyExists,
-    StatusCode::kOverlap,
-    StatusCode::kStale,
-    StatusCode::kAgain,
-    StatusCode::kBusy,
-    StatusCode::kTimeout,
-    StatusCode::kUnavailable,
-    StatusCode::kPermissionDenied,
-    StatusCode::kCanceled,
-    StatusCode::kInternal,
-};
+constexpr size_t kHelloCrcAt = kHelloSize - 4;
+constexpr size_t kRequestCrcAt = kRequestHeaderSize - 4;
+constexpr size_t kResponseCrcAt = kResponseHeaderSize - 4;
 
-uint8_t StatusToWire(StatusCode code) {
-  for (size_t i = 0; i < kWireStatus.size(); ++i) {
-    if (kWireStatus[i] == code) return static_cast<uint8_t>(i);
-  }
-  return static_cast<uint8_t>(kWireStatus.size() - 1);  // kInternal
-}
-
-void Put16(uint8_t* p, uint16_t v) {
-  for (int i = 0; i < 2; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
+std::string Hex32(uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x00000000";
+  for (int i = 0; i < 8; ++i) out[9 - i] = kDigits[(v >> (4 * i)) & 0xf];
+  return out;
 }
 
 Status Bad(std::string what) { return InvalidArgumentError("tcp bad frame: " + what); }
+
+// The header checksum of the `crc_at` bytes before it, checked before any field is believed.
+Status CheckHeaderCrc(const uint8_t* p, size_t crc_at, std::string_view what) {
+  const uint32_t sent = LoadLe32(p + crc_at);
+  const uint32_t computed = Crc32c(p, crc_at);
+  if (sent == computed) return Status::Ok();
+  std::string why = std::string(what) + " header checksum mismatch (sent " + Hex32(sent) +
+                    ", computed " + Hex32(computed) + "): corrupted in transit";
+  if (p[4] != kProtocolVersion) {
+    why += ", or a peer speaking version " + std::to_string(p[4]) + " (this build speaks " +
+           std::to_string(kProtocolVersion) + ")";
+  }
+  return Bad(why);
+}
+
+void Seal(uint8_t* p, size_t crc_at) { StoreLe32(p + crc_at, Crc32c(p, crc_at)); }
 
 }  // namespace
 
 void EncodeRequestHeader(const RequestHeader& h, RequestBytes out) {
   uint8_t* p = out.data();
-  Put32(p, kRequestMagic);
+  StoreLe32(p, kRequestMagic);
   p[4] = kProtocolVersion;
   p[5] = static_cast<uint8_t>(h.op);
-  Put16(p + 6, 0);
-  Put64(p + 8, h.request_id);
-  Put64(p + 16, h.remote_addr);
-  Put64(p + 24, h.length);
-  Put64(p + 32, h.incarnation);
-  Put64(p + 40, h.generation);
-  Put64(p + 48, h.deadline);
+  p[6] = h.payload_checksum ? kFlagPayloadChecksum : 0;
+  p[7] = 0;
+  StoreLe64(p + 8, h.request_id);
+  StoreLe64(p + 16, h.remote_addr);
+  StoreLe64(p + 24, h.length);
+  StoreLe64(p + 32, h.incarnation);
+  StoreLe64(p + 40, h.generation);
+  StoreLe64(p + 48, h.deadline);
+  StoreLe32(p + 56, h.payload_crc);
+  Seal(p, kRequestCrcAt);
 }
 
 Status DecodeRequestHeader(std::span<const uint8_t, kRequestHeaderSize> in, RequestHeader* out) {
   const uint8_t* p = in.data();
-  if (Get32(p) != kRequestMagic) return Bad("request magic");
+  if (LoadLe32(p) != kRequestMagic) return Bad("request magic");
+  RETURN_IF_ERROR(CheckHeaderCrc(p, kRequestCrcAt, "request"));
   if (p[4] != kProtocolVersion) return Bad("request version " + std::to_string(p[4]));
   if (p[5] > static_cast<uint8_t>(WireOp::kWrite)) return Bad("op " + std::to_string(p[5]));
-  if (Get16(p + 6) != 0) return Bad("reserved bits set");
+  if ((p[6] & ~kFlagPayloadChecksum) != 0) return Bad("request flags " + std::to_string(p[6]));
+  if (p[7] != 0) return Bad("reserved bits set");
   RequestHeader h;
   h.op = static_cast<WireOp>(p[5]);
-  h.request_id = Get64(p + 8);
-  h.remote_addr = Get64(p + 16);
-  h.length = Get64(p + 24);
-  h.incarnation = Get64(p + 32);
-  h.generation = Get64(p + 40);
-  h.deadline = Get64(p + 48);
+  h.payload_checksum = (p[6] & kFlagPayloadChecksum) != 0;
+  h.request_id = LoadLe64(p + 8);
+  h.remote_addr = LoadLe64(p + 16);
+  h.length = LoadLe64(p + 24);
+  h.incarnation = LoadLe64(p + 32);
+  h.generation = LoadLe64(p + 40);
+  h.deadline = LoadLe64(p + 48);
+  h.payload_crc = LoadLe32(p + 56);
   if (h.length == 0 || h.length > kMaxPayloadBytes) {
     return Bad("length " + std::to_string(h.length));
+  }
+  if (h.payload_crc != 0 && !(h.op == WireOp::kWrite && h.payload_checksum)) {
+    return Bad("payload checksum on a request without a checksummed payload");
   }
   *out = h;
   return Status::Ok();
@@ -95,24 +90,29 @@ Status DecodeRequestHeader(std::span<const uint8_t, kRequestHeaderSize> in, Requ
 
 void EncodeResponseHeader(const ResponseHeader& h, ResponseBytes out) {
   uint8_t* p = out.data();
-  Put32(p, kResponseMagic);
+  StoreLe32(p, kResponseMagic);
   p[4] = kProtocolVersion;
-  p[5] = StatusToWire(h.code);
-  Put16(p + 6, h.message_length);
-  Put64(p + 8, h.request_id);
-  Put64(p + 16, h.payload_length);
+  p[5] = StatusCodeToWire(h.code);
+  StoreLe16(p + 6, h.message_length);
+  StoreLe64(p + 8, h.request_id);
+  StoreLe64(p + 16, h.payload_length);
+  StoreLe32(p + 24, h.body_crc);
+  Seal(p, kResponseCrcAt);
 }
 
 Status DecodeResponseHeader(std::span<const uint8_t, kResponseHeaderSize> in, ResponseHeader* out) {
   const uint8_t* p = in.data();
-  if (Get32(p) != kResponseMagic) return Bad("response magic");
+  if (LoadLe32(p) != kResponseMagic) return Bad("response magic");
+  RETURN_IF_ERROR(CheckHeaderCrc(p, kResponseCrcAt, "response"));
   if (p[4] != kProtocolVersion) return Bad("response version " + std::to_string(p[4]));
-  if (p[5] >= kWireStatus.size()) return Bad("status " + std::to_string(p[5]));
+  const std::optional<StatusCode> code = StatusCodeFromWire(p[5]);
+  if (!code.has_value()) return Bad("status " + std::to_string(p[5]));
   ResponseHeader h;
-  h.code = kWireStatus[p[5]];
-  h.message_length = Get16(p + 6);
-  h.request_id = Get64(p + 8);
-  h.payload_length = Get64(p + 16);
+  h.code = *code;
+  h.message_length = LoadLe16(p + 6);
+  h.request_id = LoadLe64(p + 8);
+  h.payload_length = LoadLe64(p + 16);
+  h.body_crc = LoadLe32(p + 24);
   if (h.message_length > kMaxMessageBytes) {
     return Bad("message length " + std::to_string(h.message_length));
   }
@@ -120,30 +120,55 @@ Status DecodeResponseHeader(std::span<const uint8_t, kResponseHeaderSize> in, Re
     return Bad("payload length " + std::to_string(h.payload_length));
   }
   if (h.code != StatusCode::kOk && h.payload_length != 0) return Bad("payload with an error");
+  if (h.is_notice() && h.code == StatusCode::kOk) return Bad("closing notice without an error");
   *out = h;
   return Status::Ok();
 }
 
 bool StartsWithMagic(std::span<const uint8_t> bytes, uint32_t magic) {
-  return bytes.size() >= 4 && Get32(bytes.data()) == magic;
+  return bytes.size() >= 4 && LoadLe32(bytes.data()) == magic;
+}
+
+Status FramePrefixError(std::span<const uint8_t> prefix, uint32_t magic, uint32_t other_magic) {
+  if (prefix.size() >= 4 && !StartsWithMagic(prefix, magic) &&
+      !StartsWithMagic(prefix, other_magic)) {
+    return Bad("unknown frame magic " + Hex32(LoadLe32(prefix.data())) +
+               " (not a ferry tcp peer, or corrupted in transit)");
+  }
+  if (prefix.size() >= kFramePrefixSize && prefix[4] != kProtocolVersion) {
+    return Bad("protocol version " + std::to_string(prefix[4]) + " (this build speaks " +
+               std::to_string(kProtocolVersion) +
+               "; a peer of another version, or corrupted in transit)");
+  }
+  return Status::Ok();
 }
 
 void EncodeHello(uint32_t magic, uint64_t clock_ns, HelloBytes out) {
   uint8_t* p = out.data();
-  Put32(p, magic);
+  StoreLe32(p, magic);
   p[4] = kProtocolVersion;
   p[5] = 0;
-  Put16(p + 6, 0);
-  Put64(p + 8, clock_ns);
+  StoreLe16(p + 6, 0);
+  StoreLe64(p + 8, clock_ns);
+  StoreLe32(p + 16, 0);
+  Seal(p, kHelloCrcAt);
 }
 
 Status DecodeHello(std::span<const uint8_t, kHelloSize> in, uint32_t magic, uint64_t* clock_ns) {
   const uint8_t* p = in.data();
-  if (Get32(p) != magic) return Bad(magic == kHelloMagic ? "hello magic" : "hello reply magic");
+  if (LoadLe32(p) != magic) return Bad(magic == kHelloMagic ? "hello magic" : "hello reply magic");
+  RETURN_IF_ERROR(CheckHeaderCrc(p, kHelloCrcAt, "hello"));
   if (p[4] != kProtocolVersion) return Bad("hello version " + std::to_string(p[4]));
-  if (p[5] != 0 || Get16(p + 6) != 0) return Bad("hello reserved bits set");
-  *clock_ns = Get64(p + 8);
+  if (p[5] != 0 || LoadLe16(p + 6) != 0 || LoadLe32(p + 16) != 0) {
+    return Bad("hello reserved bits set");
+  }
+  *clock_ns = LoadLe64(p + 8);
   return Status::Ok();
+}
+
+std::string ChecksumMismatch(std::string_view what, uint32_t sent, uint32_t computed) {
+  return "tcp bad frame: " + std::string(what) + " checksum mismatch (sent " + Hex32(sent) +
+         ", computed " + Hex32(computed) + "): corrupted in transit";
 }
 
 uint64_t SteadyNanos(std::chrono::steady_clock::time_point t) {

@@ -8,8 +8,18 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/crc32c.h"
+#include "common/wire_codec.h"
+
 namespace ferry::tcp {
 namespace {
+
+// Recomputes the header checksum (the last 4 bytes) of an edited frame, so that the field
+// checks behind it run.
+template <size_t N>
+void Reseal(std::array<uint8_t, N>& b) {
+  StoreLe32(b.data() + N - 4, Crc32c(b.data(), N - 4));
+}
 
 RequestHeader SampleRequest() {
   RequestHeader h;
@@ -40,6 +50,111 @@ TEST(TcpProtocolTest, RequestRoundTripsLittleEndian) {
   EXPECT_EQ(out.deadline, SampleRequest().deadline);
   EXPECT_EQ(bytes[48], 0x88);  // the deadline, least significant byte first
   EXPECT_EQ(bytes[55], 0x11);
+  EXPECT_EQ(bytes[4], 3);                      // version 3
+  EXPECT_EQ(bytes[6], kFlagPayloadChecksum);   // flags
+  EXPECT_EQ(LoadLe32(bytes.data() + 56), 0u);  // no payload checksum on a READ
+  EXPECT_EQ(LoadLe32(bytes.data() + 60), Crc32c(bytes.data(), 60));
+  EXPECT_TRUE(out.payload_checksum);
+}
+
+TEST(TcpProtocolTest, WritePayloadChecksumAndFlagRoundTrip) {
+  RequestHeader h = SampleRequest();
+  h.op = WireOp::kWrite;
+  h.payload_crc = 0xa1b2c3d4;
+  std::array<uint8_t, kRequestHeaderSize> bytes{};
+  EncodeRequestHeader(h, bytes);
+  RequestHeader out;
+  ASSERT_TRUE(DecodeRequestHeader(bytes, &out).ok());
+  EXPECT_EQ(out.payload_crc, 0xa1b2c3d4u);
+  EXPECT_EQ(bytes[56], 0xd4);
+  h.payload_checksum = false;  // unchecked payloads carry no checksum
+  h.payload_crc = 0;
+  EncodeRequestHeader(h, bytes);
+  ASSERT_TRUE(DecodeRequestHeader(bytes, &out).ok());
+  EXPECT_FALSE(out.payload_checksum);
+  EXPECT_EQ(bytes[6], 0);
+  StoreLe32(bytes.data() + 56, 1);  // ... and one that does is a bad frame
+  Reseal(bytes);
+  EXPECT_EQ(DecodeRequestHeader(bytes, &out).code(), StatusCode::kInvalidArgument);
+}
+
+// Corruption in transit: one flipped bit anywhere in a header (past its magic) is caught by the
+// header checksum before any field is believed, and the error names it.
+TEST(TcpProtocolTest, EveryFlippedHeaderBitIsAChecksumMismatch) {
+  auto expect_caught = [](const Status& s, size_t byte, int bit) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << byte << ":" << bit;
+    EXPECT_NE(s.message().find("header checksum mismatch"), std::string::npos) << s;
+  };
+  std::array<uint8_t, kRequestHeaderSize> request{};
+  RequestHeader w = SampleRequest();
+  w.op = WireOp::kWrite;
+  w.payload_crc = 0x12345678;
+  EncodeRequestHeader(w, request);
+  ResponseHeader r;
+  r.request_id = 5;
+  r.payload_length = 4096;
+  r.body_crc = 0x9abcdef0;
+  std::array<uint8_t, kResponseHeaderSize> response{};
+  EncodeResponseHeader(r, response);
+  std::array<uint8_t, kHelloSize> hello{};
+  EncodeHello(kHelloReplyMagic, 123456789, hello);
+  for (int bit = 0; bit < 8; ++bit) {
+    for (size_t byte = 4; byte < kRequestHeaderSize; ++byte) {
+      auto b = request;
+      b[byte] ^= static_cast<uint8_t>(1 << bit);
+      RequestHeader out;
+      expect_caught(DecodeRequestHeader(b, &out), byte, bit);
+    }
+    for (size_t byte = 4; byte < kResponseHeaderSize; ++byte) {
+      auto b = response;
+      b[byte] ^= static_cast<uint8_t>(1 << bit);
+      ResponseHeader out;
+      expect_caught(DecodeResponseHeader(b, &out), byte, bit);
+    }
+    for (size_t byte = 4; byte < kHelloSize; ++byte) {
+      auto b = hello;
+      b[byte] ^= static_cast<uint8_t>(1 << bit);
+      uint64_t clock = 0;
+      expect_caught(DecodeHello(b, kHelloReplyMagic, &clock), byte, bit);
+    }
+  }
+}
+
+TEST(TcpProtocolTest, ChecksumMismatchNamesWhatAndBothValues) {
+  const std::string m = ChecksumMismatch("payload of WRITE request 7", 0xdeadbeef, 0x1);
+  EXPECT_NE(m.find("payload of WRITE request 7 checksum mismatch"), std::string::npos) << m;
+  EXPECT_NE(m.find("0xdeadbeef"), std::string::npos) << m;
+  EXPECT_NE(m.find("0x00000001"), std::string::npos) << m;
+  EXPECT_NE(m.find("corrupted in transit"), std::string::npos) << m;
+}
+
+TEST(TcpProtocolTest, ClosingNoticeMustCarryAnError) {
+  ResponseHeader notice;
+  notice.request_id = kNoticeRequestId;
+  notice.code = StatusCode::kUnavailable;
+  notice.message_length = 10;
+  std::array<uint8_t, kResponseHeaderSize> bytes{};
+  EncodeResponseHeader(notice, bytes);
+  ResponseHeader out;
+  ASSERT_TRUE(DecodeResponseHeader(bytes, &out).ok());
+  EXPECT_TRUE(out.is_notice());
+  EXPECT_EQ(out.code, StatusCode::kUnavailable);
+  notice.code = StatusCode::kOk;
+  EncodeResponseHeader(notice, bytes);
+  EXPECT_EQ(DecodeResponseHeader(bytes, &out).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TcpProtocolTest, FramePrefixJudgesMagicAndVersionEarly) {
+  std::array<uint8_t, kHelloSize> hello{};
+  EncodeHello(kHelloMagic, 1, hello);
+  auto prefix = [&](size_t n) { return std::span<const uint8_t>(hello.data(), n); };
+  EXPECT_TRUE(FramePrefixError(prefix(3), kRequestMagic, kHelloMagic).ok());
+  EXPECT_TRUE(FramePrefixError(prefix(kFramePrefixSize), kRequestMagic, kHelloMagic).ok());
+  EXPECT_FALSE(FramePrefixError(prefix(4), kResponseMagic, kHelloReplyMagic).ok());
+  hello[4] = 2;  // a version-2 peer: its hello is 16 bytes, so waiting for 24 would stall
+  const Status old = FramePrefixError(prefix(kFramePrefixSize), kRequestMagic, kHelloMagic);
+  EXPECT_EQ(old.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(old.message().find("version 2"), std::string::npos) << old;
 }
 
 TEST(TcpProtocolTest, RequestWithoutDeadlineCarriesAllOnes) {
@@ -47,7 +162,8 @@ TEST(TcpProtocolTest, RequestWithoutDeadlineCarriesAllOnes) {
   h.deadline = kNoDeadline;
   std::array<uint8_t, kRequestHeaderSize> bytes{};
   EncodeRequestHeader(h, bytes);
-  EXPECT_TRUE(std::all_of(bytes.begin() + 48, bytes.end(), [](uint8_t b) { return b == 0xff; }));
+  EXPECT_TRUE(
+      std::all_of(bytes.begin() + 48, bytes.begin() + 56, [](uint8_t b) { return b == 0xff; }));
   RequestHeader out;
   ASSERT_TRUE(DecodeRequestHeader(bytes, &out).ok());
   EXPECT_EQ(out.deadline, kNoDeadline);
@@ -58,6 +174,7 @@ TEST(TcpProtocolTest, RejectsBadRequestFrames) {
     std::array<uint8_t, kRequestHeaderSize> bytes{};
     EncodeRequestHeader(SampleRequest(), bytes);
     mutate(bytes);
+    Reseal(bytes);  // the field's own check runs, not only the checksum
     RequestHeader out;
     return DecodeRequestHeader(bytes, &out).code();
   };
@@ -66,6 +183,7 @@ TEST(TcpProtocolTest, RejectsBadRequestFrames) {
             StatusCode::kInvalidArgument);                                     // version
   EXPECT_EQ(broken([](auto& b) { b[4] = 1; }), StatusCode::kInvalidArgument);  // version 1
   EXPECT_EQ(broken([](auto& b) { b[5] = 2; }), StatusCode::kInvalidArgument);  // op
+  EXPECT_EQ(broken([](auto& b) { b[6] = 2; }), StatusCode::kInvalidArgument);  // flags
   EXPECT_EQ(broken([](auto& b) { b[7] = 1; }), StatusCode::kInvalidArgument);  // reserved
   EXPECT_EQ(broken([](auto& b) { std::fill(b.begin() + 24, b.begin() + 32, 0); }),
             StatusCode::kInvalidArgument);                                         // length 0
@@ -89,6 +207,7 @@ TEST(TcpProtocolTest, ResponseRoundTripsAndRejectsBadFrames) {
   auto broken = [&](auto mutate) {
     std::array<uint8_t, kResponseHeaderSize> b = bytes;
     mutate(b);
+    Reseal(b);
     ResponseHeader r;
     return DecodeResponseHeader(b, &r).code();
   };
@@ -104,6 +223,7 @@ TEST(TcpProtocolTest, ResponseRoundTripsAndRejectsBadFrames) {
   std::array<uint8_t, kResponseHeaderSize> good{};
   EncodeResponseHeader(ok, good);
   auto decode = [](std::array<uint8_t, kResponseHeaderSize> b) {
+    Reseal(b);
     ResponseHeader r;
     return DecodeResponseHeader(b, &r).code();
   };
@@ -135,12 +255,14 @@ TEST(TcpProtocolTest, HelloRoundTripsAndIsStrict) {
   auto broken = [&](auto mutate) {
     std::array<uint8_t, kHelloSize> b = bytes;
     mutate(b);
+    Reseal(b);
     uint64_t c = 0;
     return DecodeHello(b, kHelloMagic, &c).code();
   };
   EXPECT_EQ(broken([](auto& b) { b[4] = kProtocolVersion - 1; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(broken([](auto& b) { b[5] = 1; }), StatusCode::kInvalidArgument);
   EXPECT_EQ(broken([](auto& b) { b[7] = 1; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(broken([](auto& b) { b[16] = 1; }), StatusCode::kInvalidArgument);
 }
 
 TEST(TcpProtocolTest, ClockMappingErrsTowardsEarlyDeadlines) {

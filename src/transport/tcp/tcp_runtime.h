@@ -2,16 +2,18 @@
 // engine's context, the I/O loops, counters). Links and connections hold it by shared_ptr, so a
 // link that outlives its transport stays safe: it finds the runtime stopped.
 //
-// Thread contract: immutable after Start except the atomics; `ctx` may be used until `stopped`
-// is set and the loops are joined.
+// Thread contract: immutable after Start except the atomics and `refusals` (thread-safe); `ctx`
+// may be used until `stopped` is set and the loops are joined.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "common/peer_auth.h"
 #include "transport/tcp/io_loop.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -34,6 +36,8 @@ struct TcpCounters {
 struct TcpRuntime {
   TcpTransportOptions options;                 // validated, defaults applied
   TransportContext* ctx = nullptr;             // borrowed from Start until Stop
+  std::string auth_secret;                     // TransportStartInfo::auth_secret (validated)
+  auth::RefusalLog refusals;                   // target connections that failed authentication
   std::vector<std::unique_ptr<IoLoop>> loops;  // fixed once Start returns
   std::atomic<size_t> next_loop{0};
   std::atomic<bool> stopped{false};

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/host_port.h"
+#include "common/peer_auth.h"
 #include "transport/tcp/io_loop.h"
 #include "transport/tcp/target_server.h"
 #include "transport/tcp/tcp_peer_link.h"
@@ -65,9 +66,11 @@ Result<std::string> TcpTransport::Start(TransportContext* ctx, const TransportSt
   if (started_.load() || stopped_) return BusyError("tcp transport already started or stopped");
   if (ctx == nullptr) return InvalidArgumentError("tcp Start: null context");
   ASSIGN_OR_RETURN(TcpTransportOptions options, Resolve(options_));
+  RETURN_IF_ERROR(auth::ValidateSecret(info.auth_secret).WithContext("tcp transport"));
   auto runtime = std::make_shared<tcp::TcpRuntime>();
   runtime->options = options;
   runtime->ctx = ctx;
+  runtime->auth_secret = info.auth_secret;
   const std::string bind_host = tcp::IsWildcardHost(info.bind_host) ? "" : info.bind_host;
   ASSIGN_OR_RETURN(tcp::Listener listener, tcp::Listen(bind_host, options.port));
   // A tick of a quarter of io_timeout (5 ms..kDeadlineTick) keeps every timeout within 1.25
@@ -101,7 +104,8 @@ void TcpTransport::Stop() {
 }
 
 Result<std::string> TcpTransport::RegisterMemory(uint64_t /*addr*/, uint64_t /*length*/,
-                                                 const Location& location) {
+                                                 const Location& location,
+                                                 MemoryAccess /*access*/) {
   if (location.is_device()) {
     return InvalidArgumentError("tcp reaches host memory only, not " + location.ToString());
   }
@@ -162,6 +166,7 @@ TcpTransportStats TcpTransport::stats() const {
   out.deadline_resets = c.deadline_resets.load(std::memory_order_relaxed);
   out.idle_closes = c.idle_closes.load(std::memory_order_relaxed);
   out.expired_accesses = c.expired_accesses.load(std::memory_order_relaxed);
+  out.auth_refusals = runtime_->refusals.count();
   return out;
 }
 

@@ -75,6 +75,10 @@ struct TcpTransportOptions {
   // An initiator connection with nothing queued or in flight for this long is closed, and
   // re-opened on next use. 0: never. The engine sets it from EngineOptions::idle_link_timeout.
   std::chrono::milliseconds idle_timeout{0};
+  // Whether the payloads of the slices this engine starts carry a checksum (tcp_protocol.h,
+  // kFlagPayloadChecksum); headers always do. The engine sets it from
+  // EngineOptions::tcp_payload_checksum.
+  bool payload_checksum = true;
 };
 
 // How often each I/O loop checks timeouts and deadlines: a slice completes at most this long
@@ -93,6 +97,7 @@ struct TcpTransportStats {
   uint64_t deadline_resets = 0;       // initiator connections reset for an expired request
   uint64_t idle_closes = 0;           // initiator connections closed after idle_timeout
   uint64_t expired_accesses = 0;      // target requests refused or cut short by their deadline
+  uint64_t auth_refusals = 0;         // target connections that failed authentication
 };
 
 // Thread contract: thread-safe after Start (see Transport). Submit never blocks on a peer. Stop
@@ -109,8 +114,12 @@ class TcpTransport final : public Transport {
   TransportCapabilities capabilities() const override;
 
   // Listens on info.bind_host (wildcard: every interface, and the published host is this
-  // machine's hostname) at options.port. InvalidArgument for bad options or host; Unavailable /
-  // PermissionDenied when the port cannot be bound; Busy when started or stopped before.
+  // machine's hostname) at options.port. InvalidArgument for bad options, host or auth secret;
+  // Unavailable / PermissionDenied when the port cannot be bound; Busy when started or stopped
+  // before. With info.auth_secret every data connection starts with common/peer_auth.h's
+  // handshake (before the clock hello), bounded by io_timeout: an initiator whose peer fails it
+  // completes its slices with PermissionDenied; a target refuses such a peer before reading a
+  // request (logged once per peer address, counted in stats().auth_refusals).
   Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) override;
   // Fails every queued and in-flight slice with Canceled, closes every socket and joins every
   // thread. Never waits on a peer: it returns once each loop ran its queued tasks and the
@@ -118,9 +127,10 @@ class TcpTransport final : public Transport {
   void Stop() override;
 
   // Host memory only (InvalidArgument for device memory). Returns an empty key: the target
-  // checks accesses against the engine's registry through PinRemoteAccess.
-  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length,
-                                     const Location& location) override;
+  // checks accesses against the engine's registry through PinRemoteAccess, which refuses
+  // (PermissionDenied) any access to a kLocal region, so `access` needs no state here.
+  Result<std::string> RegisterMemory(uint64_t addr, uint64_t length, const Location& location,
+                                     MemoryAccess access) override;
   Status UnregisterMemory(uint64_t addr, uint64_t length) override;
 
   // A link to the "host:port" in peer.transports["tcp"]. InvalidArgument (naming the peer) when

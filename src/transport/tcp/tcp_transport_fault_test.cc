@@ -203,8 +203,10 @@ TEST_F(TcpTransportTest, BadRequestFramesCloseTheConnectionAndAreCounted) {
     ASSERT_GE(client.fd(), 0);
     ASSERT_NE(SendHello(client), 0u);
     ASSERT_TRUE(client.SendAll(frame->data(), frame->size()));
+    // Answered only by the closing notice saying why, then the end of the stream.
+    EXPECT_NE(ReadClosingNotice(client).find("tcp bad frame"), std::string::npos);
     char byte = 0;
-    EXPECT_EQ(client.RecvSome(&byte, 1, 2s), 0);  // closed, nothing answered
+    EXPECT_EQ(client.RecvSome(&byte, 1, 2s), 0);
     EXPECT_EQ(target_->stats().bad_frames, static_cast<uint64_t>(++expected));
   }
   // The first frame must be a hello: a well-formed request before it is a bad frame, and so
@@ -220,6 +222,7 @@ TEST_F(TcpTransportTest, BadRequestFramesCloseTheConnectionAndAreCounted) {
     RawSocket client = RawSocket::ConnectLoopback(port);
     ASSERT_GE(client.fd(), 0);
     ASSERT_TRUE(client.SendAll(frame.data(), frame.size()));
+    EXPECT_NE(ReadClosingNotice(client).find("tcp bad frame"), std::string::npos);
     char byte = 0;
     EXPECT_EQ(client.RecvSome(&byte, 1, 2s), 0);
     EXPECT_EQ(target_->stats().bad_frames, static_cast<uint64_t>(++expected));
@@ -370,6 +373,7 @@ TEST_F(TcpTransportTest, TargetRefusesRequestsPastTheirDeadline) {
     h.incarnation = kTargetIncarnation;
     h.generation = kGeneration;
     h.deadline = c.deadline;
+    if (c.op == WireOp::kWrite) h.payload_crc = Crc32c(payload.data(), payload.size());
     std::array<uint8_t, kRequestHeaderSize> bytes{};
     EncodeRequestHeader(h, bytes);
     ASSERT_TRUE(client.SendAll(bytes.data(), bytes.size()));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
 #include "transport/tcp/tcp_protocol.h"
 #include "transport/tcp/tcp_test_context.h"
 #include "transport/tcp/tcp_transport.h"
@@ -61,6 +62,20 @@ inline uint64_t SendHello(const RawSocket& s) {
     return 0;
   }
   return clock;
+}
+
+// Reads a target's closing notice (tcp_protocol.h) and returns its message; "" when anything
+// else came (or its checksum is wrong).
+inline std::string ReadClosingNotice(const RawSocket& s) {
+  std::array<uint8_t, kResponseHeaderSize> bytes{};
+  ResponseHeader r;
+  if (!RecvExactly(s, bytes.data(), bytes.size()) || !DecodeResponseHeader(bytes, &r).ok() ||
+      !r.is_notice()) {
+    return "";
+  }
+  std::string message(r.message_length, '\0');
+  if (!RecvExactly(s, message.data(), message.size()) || Crc32c(message) != r.body_crc) return "";
+  return message;
 }
 
 // A fake target's side of the hello: reads it and answers with this host's clock.

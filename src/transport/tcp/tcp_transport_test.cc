@@ -22,10 +22,11 @@ TEST_F(TcpTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   EXPECT_EQ(tcp.name(), "tcp");
   EXPECT_TRUE(tcp.capabilities().reaches_other_hosts);
   EXPECT_FALSE(tcp.capabilities().reaches_device_memory);
-  Result<std::string> key = tcp.RegisterMemory(Addr(remote_.data()), 64, Location::Cpu());
+  Result<std::string> key =
+      tcp.RegisterMemory(Addr(remote_.data()), 64, Location::Cpu(), MemoryAccess::kRemote);
   ASSERT_TRUE(key.ok());
   EXPECT_TRUE(key->empty());
-  EXPECT_EQ(tcp.RegisterMemory(1, 64, Location::Cuda(0)).status().code(),
+  EXPECT_EQ(tcp.RegisterMemory(1, 64, Location::Cuda(0), MemoryAccess::kRemote).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(tcp.UnregisterMemory(Addr(remote_.data()), 64).ok());
   EXPECT_EQ(tcp.OnExchange("x").status().code(), StatusCode::kInvalidArgument);
