@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole suite: installs what is missing, builds, and runs every test with ctest, then again
-# under ASan+UBSan and under TSan. Non-zero on any failure.
+# under ASan+UBSan and under TSan, then a short run of every fuzz harness. Non-zero on any
+# failure.
 #   scripts/test.sh            everything (what CI runs)
-#   scripts/test.sh --quick    the main build only, no sanitizer builds
+#   scripts/test.sh --quick    the main build only, no sanitizer builds and no fuzzing
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,5 +45,10 @@ if [[ $quick -eq 0 ]]; then
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R ctest --test-dir build-tsan --output-on-failure --no-tests=error \
     -j "$jobs" -LE install
+
+  # Every libFuzzer harness of fuzz/ for a few seconds from its seeds (README.md, "Fuzzing"),
+  # in build-fuzz (only the harnesses and what they exercise are built).
+  echo "==> fuzz smoke"
+  scripts/fuzz.sh --smoke 4
 fi
 echo "==> all suites passed in $((SECONDS - start)) s"
