@@ -17,8 +17,10 @@
 //   FERRY_PEER_NONDUMPABLE=1        prctl(PR_SET_DUMPABLE, 0): refuses cross-process access
 //   FERRY_PEER_CXL_WINDOW=/dev/shm/w EngineOptions::cxl_window
 //   FERRY_PEER_RDMA_PROVIDER=tcp;ofi_rxm EngineOptions::rdma_provider
+//   FERRY_PEER_LEASE_TTL_MS=1000    EngineOptions::lease_ttl (default 3000)
 //   FERRY_PEER_MANAGED=1            the buffer comes from allocateManagedBuffer (=cxl: from the
 //                                   cxl window)
+// and, read by the engine itself: FERRY_AUTH_SECRET=<secret> (EngineOptions::auth_secret).
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
@@ -85,6 +87,9 @@ int main(int argc, char** argv) {
   if (const char* id = std::getenv("FERRY_PEER_HOST_ID")) options.host_id = id;
   if (const char* w = std::getenv("FERRY_PEER_CXL_WINDOW")) options.cxl_window = w;
   if (const char* p = std::getenv("FERRY_PEER_RDMA_PROVIDER")) options.rdma_provider = p;
+  if (const char* ttl = std::getenv("FERRY_PEER_LEASE_TTL_MS")) {
+    options.lease_ttl = std::chrono::milliseconds(std::atoi(ttl));
+  }
   if (std::getenv("FERRY_PEER_NONDUMPABLE") != nullptr && prctl(PR_SET_DUMPABLE, 0) != 0) {
     std::perror("prctl");
     return 1;
