@@ -8,6 +8,7 @@
 #
 #   bench/tcp.sh
 #   DURATION=3 BLOCK_SIZES="4K 64K 1M 4M" BATCH_SIZE=32 THREADS=1 BUILD_DIR=build bench/tcp.sh
+#   INITIATOR_FLAGS="--tcp_payload_checksum=false" bench/tcp.sh   (extra ferry-bench flags)
 #
 # Starts and stops only its own processes, by PID; the trap cleans up on any exit.
 set -euo pipefail
@@ -47,7 +48,7 @@ for size in "${sizes[@]}"; do
     if json=$(timeout "$run_timeout" "$bin/ferry-bench" --mode=initiator --json --protocol=tcp \
         --metadata_server=P2PHANDSHAKE --segment_id="$segment" --target_addr="$target_addr" \
         --operation="$op" --block_size="$size" --batch_size="$batch" --threads="$threads" \
-        --duration="$duration" 2>"$work/initiator.err"); then
+        --duration="$duration" ${INITIATOR_FLAGS:-} 2>"$work/initiator.err"); then
       gbps=$(json_field "$json" gbps)
       rows+=("$(awk -v s="$size" -v op="$op" -v raw="$raw_gbps" -v f="$gbps" \
         -v ops="$(json_field "$json" ops_per_s)" -v p50="$(json_field "$json" p50_us)" \

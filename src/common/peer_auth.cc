@@ -152,7 +152,7 @@ size_t Handshake::want() const {
 
 void Handshake::Received(std::span<const uint8_t> bytes) {
   const size_t take = std::min(bytes.size(), want());
-  std::memcpy(in_.data() + in_got_, bytes.data(), take);
+  if (take > 0) std::memcpy(in_.data() + in_got_, bytes.data(), take);
   in_got_ += take;
   if (step_ == Step::kReadMagic) {
     if (in_got_ < 4) return;

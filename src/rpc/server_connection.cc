@@ -121,7 +121,7 @@ ServerConnection::Outcome ServerConnection::Authenticate(Deadline now, std::stri
     }
     if (auth_.done()) {
       const std::span<const uint8_t> first = auth_.passthrough();  // <= 4 bytes of a frame
-      std::memcpy(header_bytes_, first.data(), first.size());
+      if (!first.empty()) std::memcpy(header_bytes_, first.data(), first.size());
       header_have_ = first.size();
       last_progress_ = now;
       phase_ = Phase::kReading;
