@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/wait_for.h"
@@ -57,8 +58,11 @@ class DataPathTest : public ::testing::Test {
   }
 
   TransferEngine target_, initiator_;
-  std::vector<unsigned char> remote_ = std::vector<unsigned char>(1 << 16, 0);
-  std::vector<unsigned char> private_ = std::vector<unsigned char>(1 << 16, 0);
+  // One allocation with a gap between the two target buffers, so the end of remote_ (where an
+  // empty range may sit) is not the start of private_, whatever the heap does.
+  std::vector<unsigned char> target_memory_ = std::vector<unsigned char>(3 << 16, 0);
+  std::span<unsigned char> remote_{target_memory_.data(), 1 << 16};
+  std::span<unsigned char> private_{target_memory_.data() + (2 << 16), 1 << 16};
   std::vector<unsigned char> local_ = std::vector<unsigned char>(1 << 16, 7);
   std::vector<unsigned char> unregistered_ = std::vector<unsigned char>(1 << 16, 0);
   SegmentId seg_ = 0;
