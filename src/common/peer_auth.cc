@@ -345,7 +345,21 @@ bool Handshake::Mac(char role, std::span<uint8_t, kMacSize> out) const {
   return mac != nullptr && length == kMacSize;
 }
 
-// ---- Blocking driver -----------------------------------------------------------------------
+// ---- Drivers --------------------------------------------------------------------------------
+
+SendStep SendPending(Handshake& handshake, int fd) {
+  for (;;) {
+    const std::span<const uint8_t> out = handshake.output();
+    if (out.empty()) return SendStep::kNothing;
+    const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      handshake.Sent(static_cast<size_t>(n));
+      return SendStep::kSent;
+    }
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? SendStep::kBlocked : SendStep::kFailed;
+  }
+}
 
 Status RunHandshake(Handshake& handshake, int fd, std::chrono::steady_clock::time_point deadline) {
   const auto broken = [&](const std::string& why) {
@@ -353,18 +367,13 @@ Status RunHandshake(Handshake& handshake, int fd, std::chrono::steady_clock::tim
   };
   for (;;) {
     short events = 0;
-    if (!handshake.output().empty()) {
-      const std::span<const uint8_t> out = handshake.output();
-      const ssize_t n = ::send(fd, out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        handshake.Sent(static_cast<size_t>(n));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-        if (handshake.denied()) return handshake.error();
-        return broken("send: " + ErrnoText(errno));
-      }
+    const SendStep sent = SendPending(handshake, fd);
+    if (sent == SendStep::kSent) continue;
+    if (sent == SendStep::kFailed) {
+      if (handshake.denied()) return handshake.error();
+      return broken("send: " + ErrnoText(errno));
+    }
+    if (sent == SendStep::kBlocked) {
       events = POLLOUT;
     } else if (handshake.denied()) {
       return handshake.error();

@@ -179,6 +179,12 @@ class Handshake {
 // failed or closed (naming `handshake`'s peer). The caller closes `fd` on any error.
 Status RunHandshake(Handshake& handshake, int fd, std::chrono::steady_clock::time_point deadline);
 
+// One non-blocking attempt to send what `handshake` has queued over `fd` (EINTR retried).
+// kSent: bytes went (call again); kNothing: nothing is queued (read next); kBlocked: the socket
+// is full (wait for POLLOUT); kFailed: the connection broke (errno says why).
+enum class SendStep : uint8_t { kSent, kNothing, kBlocked, kFailed };
+SendStep SendPending(Handshake& handshake, int fd);
+
 // Sends what a denied handshake still has to say (its refusal) without waiting, then reads and
 // discards what the peer already sent (bounded), so closing the socket does not reset the
 // connection ahead of the refusal. For event-driven callers about to close `fd`.

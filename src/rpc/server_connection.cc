@@ -127,16 +127,13 @@ ServerConnection::Outcome ServerConnection::Authenticate(Deadline now, std::stri
       phase_ = Phase::kReading;
       break;
     }
-    const std::span<const uint8_t> out = auth_.output();
-    if (!out.empty()) {
-      const ssize_t n = send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) return Outcome::kPending;
-        *error = "send during authentication: " + ErrnoText(errno);
-        return Outcome::kIoError;
-      }
-      auth_.Sent(static_cast<size_t>(n));
+    const auth::SendStep sent = auth::SendPending(auth_, fd_.get());
+    if (sent == auth::SendStep::kBlocked) return Outcome::kPending;
+    if (sent == auth::SendStep::kFailed) {
+      *error = "send during authentication: " + ErrnoText(errno);
+      return Outcome::kIoError;
+    }
+    if (sent == auth::SendStep::kSent) {
       last_progress_ = now;
       continue;
     }

@@ -178,17 +178,14 @@ void InitiatorConnection::Authenticate() {
       SendReady();  // the hello; requests follow its reply
       return;
     }
-    const std::span<const uint8_t> out = auth_->output();
-    if (!out.empty()) {
-      const ssize_t sent = send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        Fail(Broken("send: " + ErrnoText(errno)));
-        return;
-      }
+    const auth::SendStep sent = auth::SendPending(*auth_, fd_.get());
+    if (sent == auth::SendStep::kBlocked) break;
+    if (sent == auth::SendStep::kFailed) {
+      Fail(Broken("send: " + ErrnoText(errno)));
+      return;
+    }
+    if (sent == auth::SendStep::kSent) {
       last_progress_ = std::chrono::steady_clock::now();
-      auth_->Sent(static_cast<size_t>(sent));
       continue;
     }
     uint8_t in[auth::kMessageSize];

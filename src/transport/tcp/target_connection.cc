@@ -93,17 +93,14 @@ void TargetConnection::Authenticate() {
       last_progress_ = std::chrono::steady_clock::now();
       break;
     }
-    const std::span<const uint8_t> out = auth_->output();
-    if (!out.empty()) {
-      const ssize_t sent = send(fd_.get(), out.data(), out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        Close("send: " + ErrnoText(errno));
-        return;
-      }
+    const auth::SendStep sent = auth::SendPending(*auth_, fd_.get());
+    if (sent == auth::SendStep::kBlocked) break;
+    if (sent == auth::SendStep::kFailed) {
+      Close("send: " + ErrnoText(errno));
+      return;
+    }
+    if (sent == auth::SendStep::kSent) {
       last_progress_ = std::chrono::steady_clock::now();
-      auth_->Sent(static_cast<size_t>(sent));
       continue;
     }
     uint8_t in[auth::kMessageSize];
