@@ -222,17 +222,8 @@ void Handshake::OnChallenge() {
     return;
   }
   std::copy(nonce.begin(), nonce.end(), server_nonce_.begin());
-  std::array<uint8_t, kMacSize> expected{};
-  if (!Mac('S', expected)) {
-    Deny("auth: HMAC failed", 0);
-    return;
-  }
-  if (CRYPTO_memcmp(expected.data(), m.data() + kMacOffset, kMacSize) != 0) {
-    // Never prove ourselves to a server that did not prove itself.
-    Deny("peer " + peer_ + " failed authentication (another auth secret?)",
-         static_cast<uint8_t>(RefusalReason::kFailed));
-    return;
-  }
+  // Never prove ourselves to a server that did not prove itself.
+  if (!VerifyPeerMac('S', m.subspan(kMacOffset, kMacSize))) return;
   std::array<uint8_t, kMacSize> proof{};
   if (!Mac('C', proof)) {
     Deny("auth: HMAC failed", 0);
@@ -272,16 +263,7 @@ void Handshake::OnProof() {
          static_cast<uint8_t>(RefusalReason::kFailed));
     return;
   }
-  std::array<uint8_t, kMacSize> expected{};
-  if (!Mac('C', expected)) {
-    Deny("auth: HMAC failed", 0);
-    return;
-  }
-  if (CRYPTO_memcmp(expected.data(), m.data() + kMacOffset, kMacSize) != 0) {
-    Deny("peer " + peer_ + " failed authentication (another auth secret?)",
-         static_cast<uint8_t>(RefusalReason::kFailed));
-    return;
-  }
+  if (!VerifyPeerMac('C', m.subspan(kMacOffset, kMacSize))) return;
   authenticated_ = true;
   Finish();
 }
@@ -326,6 +308,20 @@ Handshake::Message Handshake::MakeMessage(uint8_t type, uint8_t detail,
   std::copy(nonce.begin(), nonce.end(), m.begin() + kNonceOffset);
   std::copy(mac.begin(), mac.end(), m.begin() + kMacOffset);
   return m;
+}
+
+bool Handshake::VerifyPeerMac(char role, std::span<const uint8_t> received) {
+  std::array<uint8_t, kMacSize> expected{};
+  if (!Mac(role, expected)) {
+    Deny("auth: HMAC failed", 0);
+    return false;
+  }
+  if (CRYPTO_memcmp(expected.data(), received.data(), kMacSize) != 0) {
+    Deny("peer " + peer_ + " failed authentication (another auth secret?)",
+         static_cast<uint8_t>(RefusalReason::kFailed));
+    return false;
+  }
+  return true;
 }
 
 bool Handshake::Mac(char role, std::span<uint8_t, kMacSize> out) const {

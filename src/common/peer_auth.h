@@ -154,6 +154,9 @@ class Handshake {
   Message MakeMessage(uint8_t type, uint8_t detail, std::span<const uint8_t> nonce,
                       std::span<const uint8_t> mac) const;
   bool Mac(char role, std::span<uint8_t, kMacSize> out) const;
+  // Compares the peer's MAC for `role` with `received` (kMacSize bytes) in constant time;
+  // false after denying the handshake (another secret, or HMAC itself failed).
+  bool VerifyPeerMac(char role, std::span<const uint8_t> received);
 
   Role role_;
   Channel channel_;

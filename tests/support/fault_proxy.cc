@@ -85,6 +85,14 @@ struct FaultProxy::State {
   bool have_upstream = false;
   sockaddr_in upstream{};
   std::atomic<bool> stopping{false};
+  // Stop() wakes the threads waiting for a held chunk's delivery time.
+  Mutex stop_mu;
+  CondVar stop_cv;
+  // Waits until `due` (a held chunk's delivery time) or Stop(), whichever comes first.
+  void WaitForDueOrStop(Clock::time_point due) {
+    MutexLock lock(stop_mu);
+    while (!stopping.load() && Clock::now() < due) stop_cv.WaitUntil(stop_mu, due);
+  }
   std::atomic<uint64_t> accepted{0}, refused{0}, open{0}, closed{0}, held{0}, cuts{0};
   std::atomic<uint64_t> forwarded[2] = {0, 0};
   std::atomic<uint64_t> corrupted[2] = {0, 0};
@@ -154,7 +162,11 @@ FaultProxy::~FaultProxy() {
 }
 
 void FaultProxy::Stop() {
-  if (state_->stopping.exchange(true)) return;
+  {
+    MutexLock lock(state_->stop_mu);
+    if (state_->stopping.exchange(true)) return;
+  }
+  state_->stop_cv.NotifyAll();
   if (state_->acceptor.joinable()) state_->acceptor.join();
   std::list<State::Worker> workers;
   {
@@ -333,14 +345,15 @@ void FaultProxy::Pump(const std::shared_ptr<Connection>& conn, Direction d) {
       }
       return;
     }
+    if (after != After::kNothing || queue.size() >= kMaxHeldChunks) {
+      // Only delivering now: the front chunk's delivery time (the injected latency) or Stop().
+      if (!queue.empty()) st.WaitForDueOrStop(queue.front().due);
+      continue;
+    }
     auto wait = kPollSlice;
     if (!queue.empty()) {
       wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(queue.front().due -
                                                                          Clock::now()));
-    }
-    if (after != After::kNothing || queue.size() >= kMaxHeldChunks) {
-      std::this_thread::sleep_for(wait);  // only delivering now: until the next chunk is due
-      continue;
     }
     pollfd p{src, POLLIN, 0};
     const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(wait.count(), 0)));
