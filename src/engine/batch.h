@@ -41,7 +41,8 @@ struct Task {
   std::atomic<uint64_t> transferred{0};
   std::atomic<size_t> slices_left{0};  // slices submitted and not yet completed
   // One flag per slice position (slice i covers [i * slice_size, ...) of the request), set by
-  // the completion that confirmed it; made by the first plan that builds slices.
+  // the completion that confirmed it; made by the first plan that builds more than one slice
+  // (a single slice's confirmation is `transferred` itself).
   std::unique_ptr<std::atomic<bool>[]> confirmed;
 
   // Planning fields: written while no slice is in flight, read by completions.

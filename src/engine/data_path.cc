@@ -317,9 +317,9 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     task->planned_incarnation = desc.incarnation;
     task->planned_generation = buffer->generation;
     const std::string_view key = buffer->keys.at(name);
-    if (task->confirmed == nullptr) {
-      task->confirmed = std::make_unique<std::atomic<bool>[]>((r.length + options_.slice_size - 1) /
-                                                              options_.slice_size);
+    const uint64_t slice_count = (r.length + options_.slice_size - 1) / options_.slice_size;
+    if (task->confirmed == nullptr && slice_count > 1) {  // one slice: `transferred` says it
+      task->confirmed = std::make_unique<std::atomic<bool>[]>(slice_count);
     }
     for (uint64_t done = 0; done < r.length; done += options_.slice_size) {
       Slice slice;
@@ -455,9 +455,14 @@ void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
   Task* task = static_cast<Task*>(slice->task);
   if (status.ok()) {
     // Counted once per slice position: a retry re-sends every slice of the request.
-    const uint64_t position =
-        (slice->remote_addr - task->request.target_offset) / options_.slice_size;
-    if (!task->confirmed[position].exchange(true)) task->transferred.fetch_add(slice->length);
+    if (task->confirmed == nullptr) {  // a single slice (no allocation on the small-block path)
+      uint64_t none = 0;
+      task->transferred.compare_exchange_strong(none, slice->length);
+    } else {
+      const uint64_t position =
+          (slice->remote_addr - task->request.target_offset) / options_.slice_size;
+      if (!task->confirmed[position].exchange(true)) task->transferred.fetch_add(slice->length);
+    }
   } else {
     MutexLock lock(task->mu);
     if (task->first_error.ok()) task->first_error = status;
