@@ -15,13 +15,35 @@ struct EngineOptions {
   // Where descriptors are published (see README: etcd://, redis://, http://, P2PHANDSHAKE,
   // memory://).
   std::string metadata_conn = "P2PHANDSHAKE";
-  // This engine's segment name. Empty: "<host>:<rpc_port>" (the only form P2PHANDSHAKE accepts).
+  // This engine's segment name. Empty: "<advertised host>:<rpc_port>" (the only form
+  // P2PHANDSHAKE accepts).
   std::string local_server_name;
-  // Address peers use to reach this engine; its RPC service and transports listen on it.
+  // Address the RPC service and every transport listen on (bind). A wildcard ("0.0.0.0", "::")
+  // listens on every interface; peers are then told advertise_host.
   std::string host = "127.0.0.1";
-  // RPC port; 0 picks a free one. With rpc_port_range_end, the first free port of the range.
+  // Address peers are told (README "Deploying across hosts"): the host of the RPC endpoint in
+  // the published descriptor and rpc_meta, of the default segment name, and of every
+  // transport's published endpoint (tcp "host:port"; rdma over an IP provider binds its
+  // endpoints there when `host` is a wildcard, since libfabric publishes where it listens).
+  // Empty: FERRY_ADVERTISE_HOST when set; else `host` unless it is a wildcard; for a wildcard,
+  // the local address that routes to the metadata store (its first endpoint), or with
+  // P2PHANDSHAKE (no store) the first non-loopback IPv4 interface address (IPv6 for "::"),
+  // logged. Init fails (InvalidArgument / Unavailable) when none can be found, or when it is
+  // itself a wildcard. A loopback address published into a store that is not on loopback logs a
+  // warning once.
+  std::string advertise_host;
+  // RPC port; 0 picks a free one (within port_range when set). With rpc_port_range_end, the
+  // first free port of [rpc_port, rpc_port_range_end]. An explicit rpc_port wins over
+  // port_range.
   uint16_t rpc_port = 0;
   uint16_t rpc_port_range_end = 0;
+  // "FIRST-LAST" (e.g. "20000-20100") or one port: every listener this engine opens without an
+  // explicit port (the RPC service when rpc_port is 0, the tcp data listener, rdma endpoints of
+  // IP-addressed providers such as "tcp;ofi_rxm") binds the first free port of the range. Init
+  // fails with Unavailable, naming the range and the listener, when the range is exhausted;
+  // InvalidArgument for a malformed range. Empty: FERRY_PORT_RANGE when set, else the kernel
+  // picks. (shm/cxl grant channels are unix sockets and take no port.)
+  std::string port_range;
   // Transports to install: names ("tcp", "shm", "cxl", "rdma") or {"auto"}: tcp and shm, plus
   // cxl when cxl_window is set, plus rdma when rdma_provider is set or an RDMA NIC is found.
   std::vector<std::string> transports = {"auto"};
@@ -69,6 +91,13 @@ struct EngineOptions {
   std::string metadata_prefix = "ferry";
   // Published entries vanish this long after the engine dies.
   std::chrono::milliseconds lease_ttl{10000};
+  // Names are owned. init() fails with AlreadyExists, naming the holder, when another engine
+  // that still answers its RPC (probed, bounded by request_timeout) holds local_server_name in
+  // the metadata store; a holder that does not answer (dead or frozen, its lease not yet run
+  // out) is taken over, and logged. true: take the name over from a live holder too (it keeps
+  // running, but peers resolving the name reach this engine, and its refreshes and clean stop
+  // leave this engine's entries alone). Not used with P2PHANDSHAKE (the name is host:port).
+  bool take_over_name = false;
   // Remote descriptor cache lifetime when the store cannot watch.
   std::chrono::milliseconds segment_cache_ttl{5000};
   // Bound on waiting for in-flight accesses when unregistering memory.

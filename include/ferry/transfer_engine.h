@@ -13,16 +13,16 @@
 //
 // Behaviour:
 //  - Requests are copied at submit; the caller's vector need not outlive the call.
-//  - Every task ends as COMPLETED, FAILED or TIMEOUT, with a reason, by its deadline
-//    (EngineOptions::task_timeout). Deadlines are kept by a timer: a TIMEOUT is reported
-//    within milliseconds of the deadline, whatever any peer does.
-//  - Final means final: once a task is reported TIMEOUT or FAILED, nothing more of it lands,
-//    and its batch can be freed at once. Per transport: tcp closes the connection of an expired
-//    request and its target refuses any request whose deadline has passed (a request the
-//    target accepted before the deadline may finish landing while its payload streams in, at
-//    most one slice); shm and cxl never copy after the deadline and close the grant channel of
-//    an expired grant; rdma (one-sided) cannot recall a write already handed to the NIC: such a
-//    write may still land after TIMEOUT.
+//  - Every task ends as COMPLETED, FAILED, TIMEOUT or CANCELED (cancelBatch), with a reason,
+//    by its deadline (EngineOptions::task_timeout). Deadlines are kept by a timer: a TIMEOUT is
+//    reported within milliseconds of the deadline, whatever any peer does.
+//  - Final means final: once a task is reported TIMEOUT, FAILED or CANCELED, nothing more of it
+//    lands, and its batch can be freed at once. Per transport: tcp closes the connection of an
+//    expired request and its target refuses any request whose deadline has passed (a request
+//    the target accepted before the deadline may finish landing while its payload streams in,
+//    at most one slice); shm and cxl never copy after the deadline and close the grant channel
+//    of an expired grant; rdma (one-sided) cannot recall a write already handed to the NIC:
+//    such a write may still land after TIMEOUT.
 //  - A request is never re-aimed. Each task is planned against one incarnation of its target
 //    and one generation of the target buffer. When the target restarted (even at the same name,
 //    port and address) or re-registered the buffer, the task ends FAILED with Stale and is not
@@ -77,13 +77,21 @@ struct TransferStatus {
   // the range is unknown, not untouched. After TIMEOUT it may still grow while slices in flight
   // report (briefly: see EngineOptions::task_timeout). Zero-length requests: 0.
   uint64_t transferred_bytes = 0;
-  Status reason;            // why it FAILED / TIMEOUT; Ok otherwise
+  Status reason;            // why it FAILED / TIMEOUT / CANCELED; Ok otherwise
   std::string transport{};  // the transport that carried (or last tried) it; empty before
+  // Per-task figures (what NIXL users read as telemetry), kept without locks on the data path.
+  // A default-constructed (epoch) time point means "not yet".
+  std::chrono::steady_clock::time_point submitted_at{};  // submitTransfer accepted it
+  std::chrono::steady_clock::time_point started_at{};    // its first slice went to a transport
+                                                         // (epoch: never, e.g. a local copy)
+  std::chrono::steady_clock::time_point ended_at{};      // it ended (epoch while open)
+  uint32_t retries = 0;  // attempts after the first (reconnect or another transport)
   bool done() const { return state != TransferState::kWaiting && state != TransferState::kPending; }
 };
 
 // A batch's summary in O(1): its state is kCompleted when every task completed, kFailed (or
-// kTimeout) once every task ended and one did not complete, kPending otherwise.
+// kTimeout / kCanceled, after first_error) once every task ended and one did not complete,
+// kPending otherwise.
 struct BatchStatus {
   TransferState state = TransferState::kPending;
   size_t tasks = 0;
@@ -96,6 +104,15 @@ struct BatchStatus {
 struct NotifyMessage {
   std::string name;     // the sender's segment name (filled in by the engine)
   std::string payload;  // what the sender passed
+};
+
+// One buffer of a remote segment, as its published descriptor describes it.
+struct SegmentBuffer {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  std::string location;  // "cpu", "cpu:0", "cuda:1", ...
+  uint64_t generation = 0;
+  std::vector<std::string> transports;  // transports it is registered with (reachable through)
 };
 
 struct BufferEntry {
@@ -146,6 +163,10 @@ class TransferEngine {
   Status syncSegmentCache(const std::string& name = "");
   // Asks the segment's engine whether it is alive; Ok with its incarnation.
   Result<uint64_t> probeSegment(SegmentId id);
+  // The remote-accessible buffers of the segment, in address order, from the cached descriptor
+  // (fetched first when not cached; syncSegmentCache refreshes it). NotFound for an id
+  // openSegment never returned; the store's error when the descriptor cannot be fetched.
+  Result<std::vector<SegmentBuffer>> getSegmentBuffers(SegmentId id);
 
   Result<BatchId> allocateBatchID(size_t batch_size);
   // Busy while any task of the batch is WAITING or PENDING; once every task ended it frees at
@@ -166,6 +187,28 @@ class TransferEngine {
   // Blocks until every task of the batch ended (no polling), at most `timeout`: the summary
   // then, Timeout while tasks are still open, NotFound for an unknown batch.
   Result<BatchStatus> waitBatch(BatchId batch, std::chrono::milliseconds timeout);
+  // Cancels the open tasks of the batch, best effort: what a transport already holds is not
+  // recalled. A task not yet handed to a transport (waiting for a descriptor, a connection, a
+  // retry, or room in a full transport queue) ends CANCELED at once (from a full queue: within
+  // milliseconds). A task with slices at a transport submits nothing more (no further slice, no
+  // retry) and ends when those slices report: COMPLETED if they all completed and nothing was
+  // left unsent, CANCELED otherwise, TIMEOUT if its deadline comes first. So a canceled task
+  // moves at most the slices a transport held when cancelBatch was called, and they move before
+  // the task is reported final, never after; per transport:
+  //  - tcp: a request written to the connection is applied by the target unless its deadline
+  //    passed; the slice reports on the target's reply.
+  //  - shm / cxl: this process copies a slice once the target granted it (before its deadline),
+  //    and reports it after the copy.
+  //  - rdma: a write posted to the NIC lands, and reports on its completion (one that reports
+  //    only by its deadline may still land after, as after TIMEOUT: see Behaviour above).
+  // Tasks submitted to the batch after the call are not canceled. NotFound for an unknown batch;
+  // Ok, changing nothing, for a batch whose tasks all ended.
+  Status cancelBatch(BatchId batch);
+  // An eventfd (non-blocking, close-on-exec) owned by the engine, valid until the engine is
+  // destroyed (-1 before init()): the engine adds 1 to it each time a batch's last open task
+  // ends (also by cancelBatch or a deadline). For event loops (asyncio add_reader): read it to
+  // reset the count, then check the batches you wait on. Do not close it.
+  int completionFd() const;
 
   // Notifications received since the last call, in arrival order. The engine keeps at most
   // EngineOptions::max_pending_notifies of them (max_pending_notify_bytes in all) until then.

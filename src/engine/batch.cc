@@ -1,25 +1,38 @@
 #include "engine/batch.h"
 
+#include <algorithm>
+
 namespace ferry::engine {
 
-bool Task::Finish(TransferState final_state, const Status& reason) {
-  TransferState current = state.load();
-  do {
-    if (current != TransferState::kWaiting && current != TransferState::kPending) return false;
-  } while (!state.compare_exchange_weak(current, final_state));
-  if (final_state == TransferState::kCompleted) {
-    batch->completed.fetch_add(1);
-  } else {
+bool Task::Finish(TransferState final_state, const Status& reason, Clock::TimePoint now,
+                  bool* last_of_batch) {
+  // ended_at is the gate: whoever sets it ends the task, and it is in place before any reader
+  // can see the final state.
+  Clock::TimePoint::rep none = 0;
+  if (state.load() != TransferState::kWaiting && state.load() != TransferState::kPending) {
+    return false;
+  }
+  if (!ended_at.compare_exchange_strong(
+          none, std::max<Clock::TimePoint::rep>(now.time_since_epoch().count(), 1))) {
+    return false;
+  }
+  // The reason goes in before the final state, so that a reader seeing the state sees it.
+  if (final_state != TransferState::kCompleted) {
     {
       MutexLock lock(batch->mu);
       if (batch->first_error.ok()) batch->first_error = reason;
     }
-    {
-      MutexLock lock(mu);
-      first_error = reason;
-    }
+    MutexLock lock(mu);
+    first_error = reason;
+  }
+  state.store(final_state);
+  if (final_state == TransferState::kCompleted) {
+    batch->completed.fetch_add(1);
+  } else {
     batch->failed.fetch_add(1);
   }
+  const size_t ended_now = batch->ended.fetch_add(1) + 1;
+  if (last_of_batch != nullptr) *last_of_batch = ended_now == batch->submitted.load();
   return true;
 }
 
@@ -28,6 +41,13 @@ TransferStatus Task::Snapshot() {
   out.state = state.load();
   out.transferred_bytes = transferred.load();
   if (Transport* t = carrier.load()) out.transport = std::string(t->name());
+  auto at = [](Clock::TimePoint::rep ticks) {
+    return Clock::TimePoint(Clock::TimePoint::duration(ticks));
+  };
+  out.submitted_at = at(submitted_at);
+  out.started_at = at(started_at.load(std::memory_order_relaxed));
+  if (out.done()) out.ended_at = at(ended_at.load());
+  out.retries = retries.load(std::memory_order_relaxed);
   if (out.state != TransferState::kCompleted) {
     MutexLock lock(mu);
     out.reason = first_error;
@@ -51,8 +71,11 @@ BatchStatus Batch::Summary() {
   if (out.failed > 0) {
     MutexLock lock(mu);
     out.first_error = first_error;
-    if (first_error.code() == StatusCode::kTimeout && out.state == TransferState::kFailed) {
+    if (out.state == TransferState::kFailed && first_error.code() == StatusCode::kTimeout) {
       out.state = TransferState::kTimeout;
+    }
+    if (out.state == TransferState::kFailed && first_error.code() == StatusCode::kCanceled) {
+      out.state = TransferState::kCanceled;
     }
   }
   return out;

@@ -7,6 +7,8 @@
 // snapshot, peer link and local pin (so the local memory cannot be unregistered under a late
 // READ), and keeps its batch alive through `keep_alive`. The batch's id can be freed at once.
 //
+// cancelBatch sets Task::canceled; see there for how it meets submission.
+//
 // Thread contract: Task and Batch are shared between the submitting thread, transport
 // completion threads, the deadline timer and peer workers; every mutable field is atomic or
 // guarded by the owner's mutex, except the planning fields, which one thread at a time writes
@@ -19,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "core/segment_desc.h"
 #include "ferry/transfer_engine.h"
@@ -61,13 +64,30 @@ struct Task {
 
   std::atomic<Transport*> carrier{nullptr};  // `transport`, for status readers on other threads
   std::atomic<bool> fallback_tried{false};   // another transport was tried after a failure
-  std::atomic<uint32_t> retries{0};
+  std::atomic<uint32_t> retries{0};          // attempts after the first
+  // Set by cancelBatch. Cancel and submission meet through `canceled` and `slices_left` (both
+  // seq_cst): a submitter stores slices_left, then reads canceled, and hands nothing over when
+  // it is set; cancel stores canceled, then reads slices_left, and ends the task itself only
+  // when it is 0 (else the completion of the last slice ends it). So at least one of them sees
+  // the other, and no slice goes to a transport after the task was reported final.
+  std::atomic<bool> canceled{false};
+
+  // Figures (TransferStatus), as steady_clock ticks; 0: not yet. submitted_at is written under
+  // the batch's mutex before the task is visible; started_at by the first SubmitSlices; ended_at
+  // by Finish, before the final state (so a reader that sees the final state sees it).
+  Clock::TimePoint::rep submitted_at = 0;
+  std::atomic<Clock::TimePoint::rep> started_at{0};
+  std::atomic<Clock::TimePoint::rep> ended_at{0};
 
   Mutex mu;
   Status first_error GUARDED_BY(mu);  // of the current attempt; the final reason once ended
 
-  // Ends the task once; false when it had already ended. Counts it in its batch.
-  bool Finish(TransferState final_state, const Status& reason);
+  // Ends the task once at `now`; false when it had already ended. Counts it in its batch, and
+  // sets *last_of_batch (when given) to whether it was the batch's last open task: exactly one
+  // ending per "every submitted task ended" moment sees true.
+  bool Finish(TransferState final_state, const Status& reason,
+              Clock::TimePoint now = std::chrono::steady_clock::now(),
+              bool* last_of_batch = nullptr);
   TransferStatus Snapshot();
   bool ended() const {
     const TransferState s = state.load();
@@ -94,6 +114,7 @@ struct Batch : std::enable_shared_from_this<Batch> {
   std::atomic<size_t> completed{0};
   std::atomic<size_t> failed{0};
   std::atomic<uint64_t> transferred{0};
+  std::atomic<size_t> ended{0};  // tasks ended; incremented after completed / failed
 
   BatchStatus Summary();
   bool done() { return completed.load() + failed.load() >= submitted.load(); }

@@ -3,6 +3,8 @@
 // planned against one (incarnation, generation) of its target; a retry may take another
 // transport or a new connection to that same target, never another incarnation or generation:
 // those end the task FAILED with Stale, and only the cache is refreshed for the next request.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -79,6 +81,25 @@ Result<BatchStatus> TransferEngine::Impl::WaitBatch(BatchId id, std::chrono::mil
   return batch->Summary();
 }
 
+Status TransferEngine::Impl::CancelBatch(BatchId id) {
+  ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
+  std::vector<Task*> open;
+  {
+    MutexLock lock(batch->mu);
+    for (Task& task : batch->tasks) {
+      if (!task.ended()) open.push_back(&task);
+    }
+  }
+  const Status reason = CanceledError("batch " + std::to_string(id) +
+                                      " was canceled before the task went to a transport");
+  for (Task* task : open) {
+    // See Task::canceled: a task with slices out is ended by the completion of its last one.
+    task->canceled.store(true);
+    if (task->slices_left.load() == 0) EndTask(task, TransferState::kCanceled, reason);
+  }
+  return Status::Ok();
+}
+
 Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferRequest>& requests,
                                     const NotifyMessage* notify) {
   ASSIGN_OR_RETURN(BatchPtr batch, batches_.Find(id));
@@ -106,7 +127,8 @@ Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferReques
                         " more tasks, not " + std::to_string(requests.size()));
     }
     if (requests.empty()) return Status::Ok();
-    const auto deadline = clock_->Now() + options_.task_timeout;
+    const auto now = clock_->Now();
+    const auto deadline = now + options_.task_timeout;
     const size_t first = batch->tasks.size();
     for (const TransferRequest& r : requests) {
       Task& task = batch->tasks.emplace_back();
@@ -114,6 +136,7 @@ Status TransferEngine::Impl::Submit(BatchId id, const std::vector<TransferReques
       task.index = batch->tasks.size() - 1;
       task.request = r;
       task.deadline = deadline;
+      task.submitted_at = now.time_since_epoch().count();
       task.state.store(TransferState::kPending);
       fresh.push_back(&task);
     }
@@ -216,7 +239,8 @@ TransferEngine::Impl::Plan TransferEngine::Impl::PlanOrEnd(Task* task, bool may_
   if (deferred) return Plan::kDeferred;
   if (!planned.ok()) {
     ReleaseAttempt(task);
-    EndTask(task, TransferState::kFailed, planned);
+    const bool canceled = planned.code() == StatusCode::kCanceled && task->canceled.load();
+    EndTask(task, canceled ? TransferState::kCanceled : TransferState::kFailed, planned);
     return Plan::kEnded;
   }
   if (task->slices.empty()) {  // done in place (own segment or zero bytes)
@@ -344,6 +368,13 @@ Status TransferEngine::Impl::LocalCopy(Task* task) {
   // Checked even when empty: the target range must lie in one registered region.
   ASSIGN_OR_RETURN(PinGuard target, registry_->Pin(r.target_offset, r.length));
   if (r.length == 0) return Status::Ok();
+  // The copy is a slice in flight for cancelBatch (see Task::canceled).
+  task->slices_left.store(1);
+  if (task->canceled.load()) {
+    task->slices_left.store(0);
+    return CanceledError("batch " + std::to_string(task->batch->id) +
+                         " was canceled before the copy");
+  }
   char* local = static_cast<char*>(r.source);
   char* remote = reinterpret_cast<char*>(r.target_offset);
   if (r.opcode == OpCode::kWrite) {
@@ -352,6 +383,7 @@ Status TransferEngine::Impl::LocalCopy(Task* task) {
     std::memmove(local, remote, r.length);
   }
   task->transferred.store(r.length);
+  task->slices_left.store(0);
   return Status::Ok();
 }
 
@@ -396,6 +428,25 @@ struct Backlog {
   }
 };
 
+Status CanceledBeforeHandOver() {
+  return CanceledError("the batch was canceled before the slice went to a transport");
+}
+
+// Completes, never hands over, the slices still waiting in `b` whose task was canceled.
+void DropCanceled(Backlog& b) {
+  std::vector<Slice*> dropped;
+  auto kept = b.slices.begin() + static_cast<std::ptrdiff_t>(b.next);
+  for (auto it = kept; it != b.slices.end(); ++it) {
+    if (static_cast<Task*>((*it)->task)->canceled.load()) {
+      dropped.push_back(*it);
+    } else {
+      *kept++ = *it;
+    }
+  }
+  b.slices.erase(kept, b.slices.end());
+  for (Slice* s : dropped) b.ctx->CompleteSlice(s, CanceledBeforeHandOver());
+}
+
 }  // namespace
 
 void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
@@ -407,9 +458,25 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
   backlog->link = tasks.front()->link;
   backlog->deadline = tasks.front()->deadline;
   for (Task* task : tasks) {
-    for (Slice& s : task->slices) backlog->slices.push_back(&s);
     task->slices_left.store(task->slices.size());
     backlog->deadline = std::min(backlog->deadline, task->deadline);
+  }
+  // Counts first, then the cancel flags (Task::canceled): a canceled task's slices are
+  // completed here, never handed over.
+  const Clock::TimePoint::rep now = clock_->Now().time_since_epoch().count();
+  std::vector<Task*> withheld;
+  for (Task* task : tasks) {
+    if (task->canceled.load()) {
+      withheld.push_back(task);
+      continue;
+    }
+    for (Slice& s : task->slices) backlog->slices.push_back(&s);
+    if (task->started_at.load(std::memory_order_relaxed) == 0) {
+      task->started_at.store(now, std::memory_order_relaxed);  // one attempt at a time
+    }
+  }
+  for (Task* task : withheld) {
+    for (Slice& s : task->slices) CompleteSlice(&s, CanceledBeforeHandOver());
   }
   auto hand_over = [](Backlog& b) -> Status {
     while (b.next < b.slices.size()) {
@@ -433,6 +500,7 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
   Status posted = workers_->Post(peer, [backlog, hand_over] {
     auto pause = 50us;
     for (;;) {
+      DropCanceled(*backlog);
       Status again = hand_over(*backlog);
       if (again.ok()) return;
       if (again.code() != StatusCode::kAgain) {
@@ -484,6 +552,16 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
   const std::string peer = task->desc->name;
   if (task->ended()) {  // expired (TIMEOUT) while its slices were out: nothing more to do
     ReleaseAttempt(task);
+    return;
+  }
+  if (!error.ok() && task->canceled.load()) {  // canceled while out: no retry, nothing more
+    ReleaseAttempt(task);
+    const std::string batch = "batch " + std::to_string(task->batch->id) + " was canceled";
+    EndTask(task, TransferState::kCanceled,
+            error.code() == StatusCode::kCanceled  // withheld, never handed over
+                ? CanceledError(batch + ": " + error.message())
+                : CanceledError(batch + " while the task was in flight (" + error.message() +
+                                ")"));
     return;
   }
   if (error.ok()) {
@@ -551,11 +629,11 @@ void TransferEngine::Impl::ReleaseAttempt(Task* task) {
 }
 
 void TransferEngine::Impl::EndTask(Task* task, TransferState state, const Status& reason) {
-  if (task->Finish(state, reason)) AfterTaskEnded(task->batch);
+  bool last = false;
+  if (task->Finish(state, reason, clock_->Now(), &last) && last) AfterBatchEnded(task->batch);
 }
 
-void TransferEngine::Impl::AfterTaskEnded(Batch* batch) {
-  if (!batch->done()) return;
+void TransferEngine::Impl::AfterBatchEnded(Batch* batch) {
   std::optional<NotifyMessage> notify;
   SegmentId target = 0;
   {
@@ -567,6 +645,9 @@ void TransferEngine::Impl::AfterTaskEnded(Batch* batch) {
       target = batch->notify_target;
     }
   }
+  // Non-blocking: at the counter's (unreachable) limit the reader is already woken.
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t written = ::write(completion_fd_.get(), &one, sizeof(one));
   if (!notify.has_value()) return;
   // The notification goes after its data, on the target's worker (never on a completion or
   // timer thread).

@@ -212,6 +212,12 @@ TEST(DataPathPartialTest, RetriesKeepCountingWhatWasConfirmedBefore) {
   EXPECT_GT(task->transferred_bytes, 0u) << task->reason;
   EXPECT_LE(task->transferred_bytes, landed);
   EXPECT_EQ(task->transferred_bytes % kSlice, 0u);
+  // The figures: it was retried (within the engine's bound of 3), and its times are ordered.
+  EXPECT_GE(task->retries, 1u);
+  EXPECT_LE(task->retries, 3u);
+  EXPECT_NE(task->started_at.time_since_epoch().count(), 0);
+  EXPECT_LE(task->submitted_at, task->started_at);
+  EXPECT_LE(task->started_at, task->ended_at);
   EXPECT_TRUE(initiator.freeBatchID(*batch).ok());
 }
 

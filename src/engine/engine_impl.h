@@ -25,6 +25,8 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "common/net_address.h"
+#include "common/unique_fd.h"
 #include "core/segment_desc.h"
 #include "engine/batch.h"
 #include "engine/batch_table.h"
@@ -67,6 +69,7 @@ class TransferEngine::Impl final : public TransportContext {
   Status CloseSegment(SegmentId id);
   Status SyncSegmentCache(const std::string& name);
   Result<uint64_t> Probe(SegmentId id);
+  Result<std::vector<SegmentBuffer>> SegmentBuffers(SegmentId id);
   Status SendNotify(SegmentId target, const NotifyMessage& notify);
   std::vector<NotifyMessage> TakeNotifies() { return notify_box_->TakeAll(); }
 
@@ -78,6 +81,8 @@ class TransferEngine::Impl final : public TransportContext {
   Result<TransferStatus> TaskStatus(BatchId id, size_t task);
   Result<BatchStatus> Summary(BatchId id);
   Result<BatchStatus> WaitBatch(BatchId id, std::chrono::milliseconds timeout);
+  Status CancelBatch(BatchId id);
+  int completion_fd() const { return completion_fd_.get(); }
 
   // TransportContext.
   Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
@@ -93,10 +98,18 @@ class TransferEngine::Impl final : public TransportContext {
   enum class Plan { kReady, kEnded, kDeferred };
 
   Status RegisterRpcHandlers();  // engine_rpc.cc
+  // Init: reads advertise_host / port_range (or FERRY_ADVERTISE_HOST / FERRY_PORT_RANGE) into
+  // advertise_host_ and ports_, resolving a wildcard bind to an address peers can dial; warns
+  // once when a loopback address goes into a store that is not on loopback.
+  Status ResolveAddresses();
   Status StartTransports();
   // Snapshots the registry and publishes it, both under publish_mu_, so that the store ends up
   // with the registry's latest state whatever order concurrent calls finish in.
   Status Publish() EXCLUDES(publish_mu_);
+  // Init, before the first Publish (name_claim.cc): AlreadyExists naming the holder when a live
+  // engine holds name_ in the store and take_over_name is off; otherwise lets the first Publish
+  // replace whatever entries are there (a dead holder's, or, told to, a live one's).
+  Status ClaimName();
   Transport* FindTransport(std::string_view name) const;
   bool SameHost(const SegmentDesc& peer) const;
 
@@ -119,9 +132,9 @@ class TransferEngine::Impl final : public TransportContext {
   void RetryTask(engine::Task* task, Status error);
   // Ends `task` (unless it already ended) and does what follows a task's end.
   void EndTask(engine::Task* task, TransferState state, const Status& reason);
-  // After a task of `batch` ended: cancels the batch's timer and sends its notification when
-  // every task ended (the notification only when all completed).
-  void AfterTaskEnded(engine::Batch* batch);
+  // After the last open task of `batch` ended: wakes waitBatch and completion_fd_, cancels the
+  // batch's timer and sends its notification (only when every task completed).
+  void AfterBatchEnded(engine::Batch* batch);
   void ReleaseAttempt(engine::Task* task);
   bool CanFallBack(engine::Task* task);
   std::vector<std::string> TransportsFor(const engine::Task& task, const BufferDesc& buffer);
@@ -134,8 +147,14 @@ class TransferEngine::Impl final : public TransportContext {
 
   EngineOptions options_;
   Clock* const clock_ = Clock::Real();
+  // Declared before everything that ends tasks, so that it outlives them (completionFd()).
+  UniqueFd completion_fd_;
   uint64_t incarnation_ = 0;
   std::string name_;
+  // What peers are told (EngineOptions::advertise_host, resolved) and where listeners without
+  // an explicit port bind (EngineOptions::port_range, parsed); fixed after Init.
+  std::string advertise_host_;
+  PortRange ports_;
   SegmentDesc base_desc_;  // everything but the buffers; fixed after Init
 
   // Declared first so that it is destroyed last: batches and transports hold pins on it.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <sstream>
 
 #include "common/log.h"
 
@@ -13,7 +12,7 @@ PeerHealth::State& PeerHealth::StateLocked(std::string_view peer) {
   if (it != peers_.end()) return it->second;
   if (peers_.size() >= options_.max_peers) {
     for (auto h = peers_.begin(); h != peers_.end(); ++h) {
-      if (!h->second.failing) {
+      if (!h->second.streak.failing()) {
         peers_.erase(h);
         break;
       }
@@ -23,31 +22,19 @@ PeerHealth::State& PeerHealth::StateLocked(std::string_view peer) {
   return peers_.emplace(std::string(peer), State{}).first->second;
 }
 
+namespace {
+
+std::string Subject(std::string_view peer) { return "transfers to '" + std::string(peer) + "'"; }
+
+}  // namespace
+
 void PeerHealth::ReportFailure(std::string_view peer, const Status& error) {
   std::optional<std::string> line;
   {
     MutexLock lock(mu_);
     ++failures_;
-    State& s = StateLocked(peer);
-    ++s.failures_total;
-    const Clock::TimePoint now = clock_->Now();
-    if (!s.failing) {
-      s.failing = true;
-      s.failures_since_line = 0;
-      s.last_line = now;
-      line = "transfers to '" + std::string(peer) + "' are failing: " + error.ToString();
-    } else {
-      ++s.failures_since_line;
-      if (now - s.last_line >= options_.summary_every) {
-        line = "transfers to '" + std::string(peer) + "' still failing: " +
-               std::to_string(s.failures_since_line) + " more failures in the last " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - s.last_line)
-                                  .count()) +
-               " s, latest: " + error.ToString();
-        s.failures_since_line = 0;
-        s.last_line = now;
-      }
-    }
+    line = StateLocked(peer).streak.Failed(Subject(peer), error.ToString(), clock_->Now(),
+                                           options_.summary_every);
     if (line.has_value()) ++lines_;
   }
   if (line.has_value()) FERRY_LOG(kWarn) << *line;
@@ -59,12 +46,8 @@ void PeerHealth::ReportSuccess(std::string_view peer) {
     MutexLock lock(mu_);
     auto it = peers_.find(peer);
     if (it == peers_.end()) return;
-    State& s = it->second;
-    if (s.failing) {
-      line = "transfers to '" + std::string(peer) + "' recovered after " +
-             std::to_string(s.failures_total) + " failures";
-      ++lines_;
-    }
+    line = it->second.streak.Succeeded(Subject(peer), clock_->Now());
+    if (line.has_value()) ++lines_;
     peers_.erase(it);
   }
   if (line.has_value()) FERRY_LOG(kInfo) << *line;

@@ -1,7 +1,7 @@
 // PeerHealth: keeps a failing peer's noise bounded. Per peer it decides
-//  - which failures are logged: the first one when the peer starts failing, then one summary
-//    per `summary_every` while it keeps failing (with the count since the last line), and one
-//    line when it recovers;
+//  - which failures are logged (common/failure_log.h): the first one when the peer starts
+//    failing, then one summary per `summary_every` while it keeps failing (with the count since
+//    the last line), and one line when it recovers;
 //  - whether its descriptor may be re-fetched now: refreshes back off exponentially from
 //    `min_backoff` to `max_backoff` while the peer keeps failing, instead of running once per
 //    failed task; a success resets both.
@@ -16,13 +16,14 @@
 #include <string_view>
 
 #include "common/clock.h"
+#include "common/failure_log.h"
 #include "common/mutex.h"
 #include "ferry/status.h"
 
 namespace ferry::engine {
 
 struct PeerHealthOptions {
-  std::chrono::milliseconds summary_every{10000};
+  std::chrono::milliseconds summary_every = kFailureSummaryEvery;
   std::chrono::milliseconds min_backoff{50};
   std::chrono::milliseconds max_backoff{5000};
   size_t max_peers = 4096;  // peers remembered; healthy ones are forgotten first
@@ -47,10 +48,7 @@ class PeerHealth {
 
  private:
   struct State {
-    bool failing = false;
-    uint64_t failures_since_line = 0;
-    uint64_t failures_total = 0;
-    Clock::TimePoint last_line{};
+    FailureStreak streak;
     std::chrono::milliseconds backoff{0};
     Clock::TimePoint next_refresh{};
   };

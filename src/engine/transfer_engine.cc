@@ -1,10 +1,16 @@
 #include "ferry/transfer_engine.h"
 
+#include <sys/eventfd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <optional>
 #include <random>
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/net_address.h"
 #include "common/peer_auth.h"
 #include "core/location.h"
 #include "engine/builtin_transports.h"
@@ -41,6 +47,36 @@ uint64_t NewIncarnation() {
   uint64_t id = 0;
   while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
   return id;
+}
+
+// With P2PHANDSHAKE peers reach a segment at the address its name gives: "host:port" must name
+// this engine's RPC port; a bare host ("10.0.0.1", "localhost", "::1", "[::1]") gets the port
+// appended, as Mooncake does.
+Result<std::string> P2PSegmentName(const std::string& name, uint16_t rpc_port) {
+  auto refuse = [&](const std::string& why) {
+    return InvalidArgumentError(
+        "with P2PHANDSHAKE the segment name must be host or host:" + std::to_string(rpc_port) +
+        " (the RPC port), not '" + name + "': " + why);
+  };
+  if (Result<HostPort> named = PeerOfKey(name); named.ok()) {
+    if (named->port != rpc_port) {
+      return refuse("port " + std::to_string(named->port) + " is not the RPC port");
+    }
+    return name;
+  }
+  std::string host = name;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string with_port = HostPort{host, rpc_port}.ToString();
+  Result<HostPort> parsed = ParseHostPort(with_port, "P2P segment name");
+  if (!parsed.ok()) return refuse(parsed.status().message());
+  // An IPv6 literal takes brackets, and only those: "1:2" is neither a host nor host:port.
+  if (host.find(':') != std::string::npos &&
+      host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) {
+    return refuse("not a host name or an IP literal");
+  }
+  return with_port;
 }
 
 }  // namespace
@@ -80,6 +116,10 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
     }
   }
   RETURN_IF_ERROR(auth::ValidateSecret(options_.auth_secret));
+  completion_fd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!completion_fd_.valid()) {
+    return InternalError(std::string("creating the completion eventfd: ") + std::strerror(errno));
+  }
   notify_box_ = std::make_unique<engine::NotificationBox>(options_.max_pending_notifies,
                                                           options_.max_pending_notify_bytes);
   health_ = std::make_unique<engine::PeerHealth>(clock_, engine::PeerHealthOptions{});
@@ -90,15 +130,22 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
       RegistryOptions{.drain_timeout = options_.unregister_drain_timeout});
   policy_ = std::make_unique<engine::SelectionPolicy>(Clock::Real());
 
+  RETURN_IF_ERROR(ResolveAddresses());
   RpcServerOptions rpc_options;
   rpc_options.bind_host = options_.host;
   rpc_options.port = options_.rpc_port;
   rpc_options.port_range_end = options_.rpc_port_range_end;
+  rpc_options.fallback_ports = ports_;
   rpc_options.auth_secret = options_.auth_secret;
   ASSIGN_OR_RETURN(rpc_server_, RpcServer::Create(rpc_options));
   name_ = options_.local_server_name.empty()
-              ? HostPort{options_.host, rpc_server_->port()}.ToString()
+              ? HostPort{advertise_host_, rpc_server_->port()}.ToString()
               : options_.local_server_name;
+  if (Result<StoreAddress> conn = ParseStoreAddress(options_.metadata_conn);
+      conn.ok() && conn->kind == StoreAddress::Kind::kP2P) {
+    // Before the RPC service starts: its handlers read name_.
+    ASSIGN_OR_RETURN(name_, P2PSegmentName(name_, rpc_server_->port()));
+  }
   RETURN_IF_ERROR(RegisterRpcHandlers());
   RETURN_IF_ERROR(rpc_server_->Start());
 
@@ -106,10 +153,6 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   p2p_source_ = std::make_unique<RpcDescriptorSource>(rpc_client_.get(), options_.request_timeout);
   Result<StoreAddress> address = ParseStoreAddress(options_.metadata_conn);
   if (!address.ok()) return address.status();
-  if (address->kind == StoreAddress::Kind::kP2P && !PeerOfKey(name_).ok()) {
-    return InvalidArgumentError("with P2PHANDSHAKE the segment name must be host:rpc_port, not '" +
-                                name_ + "'");
-  }
   ASSIGN_OR_RETURN(store_, CreateMetadataStore(options_.metadata_conn,
                                                {.request_timeout = options_.request_timeout,
                                                 .lease_ttl = options_.lease_ttl},
@@ -121,26 +164,28 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   directory.on_restarted = [this](std::string_view peer, uint64_t, uint64_t now) {
     links_.DropOtherIncarnations(peer, now);
   };
-  // The store answered NotFound for a peer we know: keep its descriptor while that very
-  // incarnation answers a probe (the store lost its keys; it rewrites them within its lease
-  // refresh). A peer that is gone, or restarted, does not answer so and is dropped.
-  directory.still_alive = [this](const SegmentDesc& cached) {
-    Result<std::string> reply =
-        rpc_client_->Call(HostPort{cached.rpc.host, cached.rpc.port}, ToWire(RpcType::kProbe), "",
-                          options_.request_timeout);
-    if (!reply.ok()) return false;
-    Result<ProbeResponse> probe = UnpackProbeResponse(*reply);
-    return probe.ok() && probe->incarnation == cached.incarnation && probe->name == cached.name;
+  // The store answered NotFound for a peer we know (it lost the keys: their TTL passed while it
+  // was down, it restarted without them, a delete event): the peer itself says whether it is
+  // gone. Its RPC service serves its own descriptor (as for P2PHANDSHAKE); the directory keeps
+  // it only when it names the very incarnation cached. A peer that is gone does not answer, and
+  // a restarted one answers as another incarnation: either is dropped (never re-aimed).
+  directory.ask_peer = [this](const SegmentDesc& cached) -> Result<std::string> {
+    return rpc_client_->Call(HostPort{cached.rpc.host, cached.rpc.port},
+                             ToWire(RpcType::kGetSegmentDesc),
+                             PackGetSegmentDescRequest(
+                                 SegmentDescKey(options_.metadata_prefix, cached.name)),
+                             options_.request_timeout);
   };
   ASSIGN_OR_RETURN(directory_, SegmentDirectory::Create(store_.get(), std::move(directory)));
   publisher_ = std::make_unique<SegmentPublisher>(store_.get(), options_.metadata_prefix);
 
   base_desc_.name = name_;
   base_desc_.incarnation = incarnation_;
-  base_desc_.rpc = {options_.host, rpc_server_->port()};
+  base_desc_.rpc = {advertise_host_, rpc_server_->port()};
   base_desc_.host = LocalHostIdentity();
   if (!options_.host_id.empty()) base_desc_.host.boot_id = "host-id:" + options_.host_id;
   RETURN_IF_ERROR(StartTransports());
+  RETURN_IF_ERROR(ClaimName());
   RETURN_IF_ERROR(Publish());
   timer_.Start();
   SweepIdleLinks();
@@ -149,6 +194,42 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
 }
 
 uint16_t TransferEngine::Impl::rpc_port() const { return rpc_server_->port(); }
+
+Status TransferEngine::Impl::ResolveAddresses() {
+  if (options_.advertise_host.empty()) {
+    options_.advertise_host = GetFerryEnv("ADVERTISE_HOST").value_or("");
+  }
+  if (options_.port_range.empty()) options_.port_range = GetFerryEnv("PORT_RANGE").value_or("");
+  Result<PortRange> ports = ParsePortRange(options_.port_range);
+  if (!ports.ok()) return ports.status().WithContext("port_range (or FERRY_PORT_RANGE)");
+  ports_ = *ports;
+  if (options_.host.empty()) {
+    return InvalidArgumentError("host is empty; to listen on every interface use 0.0.0.0 or ::");
+  }
+  ASSIGN_OR_RETURN(StoreAddress store, ParseStoreAddress(options_.metadata_conn));
+  const HostPort* store_endpoint = store.endpoints.empty() ? nullptr : &store.endpoints.front();
+  if (!options_.advertise_host.empty()) {
+    if (IsWildcardHost(options_.advertise_host)) {
+      return InvalidArgumentError("advertise_host '" + options_.advertise_host +
+                                  "' is a wildcard; peers need an address they can dial");
+    }
+    advertise_host_ = options_.advertise_host;
+  } else {
+    ASSIGN_OR_RETURN(advertise_host_, DefaultAdvertiseHost(options_.host, store_endpoint));
+  }
+  // Peers elsewhere cannot dial a loopback address; say so once, where it is decided.
+  if (IsLoopbackHost(advertise_host_)) {
+    for (const HostPort& endpoint : store.endpoints) {
+      if (IsLoopbackHost(endpoint.host)) continue;
+      FERRY_LOG(kWarn) << "advertising the loopback address " << advertise_host_
+                       << " in the metadata store at " << endpoint.ToString()
+                       << ", which is not on loopback: engines on other hosts cannot reach this "
+                          "one (set host or advertise_host to an address they can dial)";
+      break;
+    }
+  }
+  return Status::Ok();
+}
 
 Status TransferEngine::Impl::StartTransports() {
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Transport>> created,
@@ -159,6 +240,8 @@ Status TransferEngine::Impl::StartTransports() {
     Result<std::string> bytes =
         t->Start(this, {.local_segment = name_,
                         .bind_host = options_.host,
+                        .advertise_host = advertise_host_,
+                        .ports = ports_,
                         .auth_secret = options_.auth_secret});
     if (!bytes.ok()) {
       const Status error =
@@ -373,6 +456,24 @@ Result<uint64_t> TransferEngine::Impl::Probe(SegmentId id) {
   return probe.incarnation;
 }
 
+Result<std::vector<SegmentBuffer>> TransferEngine::Impl::SegmentBuffers(SegmentId id) {
+  ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Get(id));
+  std::vector<SegmentBuffer> out;
+  for (const BufferDesc& b : handle.desc->buffers) {
+    if (!b.remote_accessible) continue;
+    SegmentBuffer buffer{.addr = b.addr,
+                         .length = b.length,
+                         .location = b.location.ToString(),
+                         .generation = b.generation,
+                         .transports = {}};
+    for (const auto& [transport, key] : b.keys) buffer.transports.push_back(transport);
+    out.push_back(std::move(buffer));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SegmentBuffer& a, const SegmentBuffer& b) { return a.addr < b.addr; });
+  return out;
+}
+
 Status TransferEngine::Impl::SendNotify(SegmentId target, const NotifyMessage& notify) {
   ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Get(target));
   HostPort peer{handle.desc->rpc.host, handle.desc->rpc.port};
@@ -453,6 +554,9 @@ Status TransferEngine::syncSegmentCache(const std::string& name) {
   return impl_->SyncSegmentCache(name);
 }
 Result<uint64_t> TransferEngine::probeSegment(SegmentId id) { return impl_->Probe(id); }
+Result<std::vector<SegmentBuffer>> TransferEngine::getSegmentBuffers(SegmentId id) {
+  return impl_->SegmentBuffers(id);
+}
 Result<BatchId> TransferEngine::allocateBatchID(size_t batch_size) {
   return impl_->AllocateBatch(batch_size);
 }
@@ -474,6 +578,8 @@ Result<BatchStatus> TransferEngine::getBatchTransferStatus(BatchId batch) {
 Result<BatchStatus> TransferEngine::waitBatch(BatchId batch, std::chrono::milliseconds timeout) {
   return impl_->WaitBatch(batch, timeout);
 }
+Status TransferEngine::cancelBatch(BatchId batch) { return impl_->CancelBatch(batch); }
+int TransferEngine::completionFd() const { return impl_->completion_fd(); }
 std::vector<NotifyMessage> TransferEngine::getNotifies() { return impl_->TakeNotifies(); }
 Status TransferEngine::sendNotify(SegmentId target, const NotifyMessage& notify) {
   return impl_->SendNotify(target, notify);

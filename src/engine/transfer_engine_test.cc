@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <thread>
 
@@ -22,9 +25,14 @@ TEST(TransferEngineTest, InitValidatesItsOptions) {
   TransferEngine engine;
   EXPECT_EQ(engine.init("zookeeper://h:1", "", "127.0.0.1", 0).code(),
             StatusCode::kInvalidArgument);
-  TransferEngine p2p_named;
-  Status s = p2p_named.init("P2PHANDSHAKE", "not-host-port", "127.0.0.1", 0);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  // With P2PHANDSHAKE the name is the address peers use: a port other than the RPC port, or
+  // text that is no host, is refused (a bare host gets the port: P2PNameTakesTheRpcPort).
+  for (const char* bad : {"127.0.0.1:1", "not a host", "host:port", "[::1]:1"}) {
+    TransferEngine p2p_named;
+    Status s = p2p_named.init("P2PHANDSHAKE", bad, "127.0.0.1", 0);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad << ": " << s;
+  }
+  Status s;
   TransferEngine bad_transport;
   EngineOptions options;
   options.transports = {"carrier-pigeon"};
@@ -35,6 +43,35 @@ TEST(TransferEngineTest, InitValidatesItsOptions) {
   ASSERT_TRUE(ok.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
   EXPECT_EQ(ok.init("P2PHANDSHAKE", "", "127.0.0.1", 0).code(), StatusCode::kBusy);
   EXPECT_EQ(ok.localSegmentName(), "127.0.0.1:" + std::to_string(ok.rpcPort()));
+}
+
+// With P2PHANDSHAKE a bare host is a name: the engine appends its RPC port (as Mooncake does),
+// and a peer reaches it by that name.
+TEST(TransferEngineTest, P2PNameTakesTheRpcPort) {
+  for (const std::string host : {"127.0.0.1", "::1", "[::1]"}) {
+    TransferEngine engine;
+    Status s = engine.init("P2PHANDSHAKE", host, "127.0.0.1", 0);
+    ASSERT_TRUE(s.ok()) << host << ": " << s;
+    const std::string bare = host == "127.0.0.1" ? host : "[::1]";
+    EXPECT_EQ(engine.localSegmentName(), bare + ":" + std::to_string(engine.rpcPort()));
+  }
+  TransferEngine target, initiator;
+  ASSERT_TRUE(target.init("P2PHANDSHAKE", "localhost", "127.0.0.1", 0).ok());
+  ASSERT_EQ(target.localSegmentName(), "localhost:" + std::to_string(target.rpcPort()));
+  ASSERT_TRUE(initiator.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  std::vector<unsigned char> remote(4096, 0), local(4096, 3);
+  ASSERT_TRUE(target.registerLocalMemory(remote.data(), remote.size()).ok());
+  ASSERT_TRUE(initiator.registerLocalMemory(local.data(), local.size()).ok());
+  Result<SegmentId> seg = initiator.openSegment(target.localSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  Result<BatchId> batch = initiator.allocateBatchID(1);
+  ASSERT_TRUE(initiator
+                  .submitTransfer(*batch, {{OpCode::kWrite, local.data(), *seg,
+                                            reinterpret_cast<uint64_t>(remote.data()), 4096}})
+                  .ok());
+  EXPECT_EQ(WaitBatch(initiator, *batch).state, TransferState::kCompleted);
+  EXPECT_EQ(remote[4095], 3);
+  EXPECT_TRUE(initiator.freeBatchID(*batch).ok());
 }
 
 TEST(TransferEngineTest, ManagedBuffersAreRegisteredSharedMemory) {
@@ -112,6 +149,51 @@ TEST(TransferEngineTest, OwnSegmentIsACheckedMemcpy) {
   EXPECT_EQ(engine.getTransferStatus(*batch, 2).status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(engine.freeBatchID(*batch).ok());
   EXPECT_EQ(engine.freeBatchID(*batch).code(), StatusCode::kNotFound);
+}
+
+// The completion eventfd counts each time a batch's last open task ends: once per batch, again
+// for a batch that got more tasks after it ended; cancelling an ended batch adds nothing.
+TEST(TransferEngineTest, CompletionFdCountsEndedBatches) {
+  TransferEngine engine;
+  EXPECT_EQ(engine.completionFd(), -1);  // before init
+  ASSERT_TRUE(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
+  const int fd = engine.completionFd();
+  ASSERT_GE(fd, 0);
+  auto take = [fd](std::chrono::milliseconds wait) -> uint64_t {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return 0;
+    uint64_t count = 0;
+    return ::read(fd, &count, sizeof(count)) == sizeof(count) ? count : 0;
+  };
+  EXPECT_EQ(take(0ms), 0u);
+  std::vector<unsigned char> a(4096, 1), b(4096, 2);
+  ASSERT_TRUE(engine.registerLocalMemory(a.data(), a.size()).ok());
+  ASSERT_TRUE(engine.registerLocalMemory(b.data(), b.size()).ok());
+  Result<SegmentId> self = engine.openSegment(engine.localSegmentName());
+  ASSERT_TRUE(self.ok()) << self.status();
+  const TransferRequest copy{OpCode::kWrite, a.data(), *self, reinterpret_cast<uint64_t>(b.data()),
+                             64};
+  Result<BatchId> first = engine.allocateBatchID(3);
+  Result<BatchId> second = engine.allocateBatchID(1);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE(engine.submitTransfer(*first, {copy, copy}).ok());
+  ASSERT_TRUE(engine.submitTransfer(*second, {copy}).ok());
+  EXPECT_EQ(WaitBatch(engine, *first).state, TransferState::kCompleted);
+  EXPECT_EQ(WaitBatch(engine, *second).state, TransferState::kCompleted);
+  EXPECT_EQ(take(5s), 2u);
+  EXPECT_TRUE(engine.cancelBatch(*second).ok());  // ended: changes nothing
+  EXPECT_EQ(engine.getBatchTransferStatus(*second)->state, TransferState::kCompleted);
+  ASSERT_TRUE(engine.submitTransfer(*first, {copy}).ok());
+  EXPECT_EQ(WaitBatch(engine, *first).state, TransferState::kCompleted);
+  EXPECT_EQ(take(5s), 1u);
+  EXPECT_EQ(take(0ms), 0u);
+  // A local copy never goes to a transport.
+  Result<TransferStatus> t = engine.getTransferStatus(*first, 2);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->started_at.time_since_epoch().count(), 0);
+  EXPECT_LE(t->submitted_at, t->ended_at);
+  EXPECT_NE(t->ended_at.time_since_epoch().count(), 0);
+  EXPECT_EQ(engine.cancelBatch(9999).code(), StatusCode::kNotFound);
 }
 
 TEST(TransferEngineTest, BatchesAreBoundedAndRequestsCopied) {

@@ -1,11 +1,16 @@
 #include "metadata/lease_keeper.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace ferry {
 
-LeaseKeeper::LeaseKeeper(std::chrono::milliseconds interval, RefreshFn refresh)
-    : interval_(interval), refresh_(std::move(refresh)) {}
+LeaseKeeper::LeaseKeeper(std::chrono::milliseconds interval, RefreshFn refresh, std::string store)
+    : interval_(interval),
+      retry_interval_(std::min(interval, kLeaseRetryWhileFailing)),
+      refresh_(std::move(refresh)),
+      failures_("lease refresh on " + store) {}
 
 LeaseKeeper::~LeaseKeeper() { Stop(); }
 
@@ -65,12 +70,32 @@ void LeaseKeeper::RefreshSoon() {
   wake_.NotifyAll();
 }
 
+bool LeaseKeeper::TakenOver(std::string_view key, std::string_view value, std::string_view where) {
+  {
+    MutexLock lock(mu_);
+    auto it = owned_.find(key);
+    if (it == owned_.end() || it->second != value) return false;
+    owned_.erase(it);
+    ++taken_over_;
+  }
+  FERRY_LOG(kWarn) << where << ": leased key '" << key
+                   << "' now holds another writer's value (its name was taken over by another "
+                      "engine); no longer refreshing it, and leaving it to its new owner";
+  return true;
+}
+
+uint64_t LeaseKeeper::taken_over() const {
+  MutexLock lock(mu_);
+  return taken_over_;
+}
+
 void LeaseKeeper::Run() {
-  std::string last_error;
+  bool failing = false;
   for (;;) {
     {
       MutexLock lock(mu_);
-      const auto deadline = std::chrono::steady_clock::now() + interval_;
+      const auto deadline =
+          std::chrono::steady_clock::now() + (failing ? retry_interval_ : interval_);
       while (!stop_ && !soon_ && std::chrono::steady_clock::now() < deadline) {
         wake_.WaitUntil(mu_, deadline);
       }
@@ -78,13 +103,13 @@ void LeaseKeeper::Run() {
       soon_ = false;
     }
     Status s = refresh_(Owned());
-    if (!s.ok() && s.ToString() != last_error) {
-      FERRY_LOG(kWarn) << "lease refresh failed (will retry every " << interval_.count()
-                       << " ms): " << s;
-    } else if (s.ok() && !last_error.empty()) {
-      FERRY_LOG(kInfo) << "lease refresh recovered";
+    failing = !s.ok();
+    if (failing) {
+      failures_.Failed(s.ToString() + " (retrying every " +
+                       std::to_string(retry_interval_.count()) + " ms)");
+    } else {
+      failures_.Succeeded();
     }
-    last_error = s.ok() ? std::string() : s.ToString();
   }
 }
 

@@ -2,7 +2,10 @@
 // It remembers the leased keys with their values and, every `interval`, hands them to the
 // store's refresh function, which keeps them alive and rewrites whichever the store lost
 // (after a restart or an expiry). The store decides how: etcd keep-alive, redis PEXPIRE, HTTP
-// re-PUT.
+// re-PUT. While rounds fail (the store is down) they are retried every kLeaseRetryWhileFailing
+// (or `interval`, when shorter), so that keys the store lost are written again within that much
+// of its return, not a whole interval later. Failures are logged in bounded lines
+// (common/failure_log.h): when they start, every 10 s while they last, when they end.
 //
 // Thread contract: thread-safe. Owns one thread between Start() and Stop() (both idempotent).
 // The refresh function runs on that thread only, never concurrently with itself.
@@ -15,18 +18,23 @@
 #include <thread>
 #include <vector>
 
+#include "common/failure_log.h"
 #include "common/mutex.h"
 #include "ferry/status.h"
 #include "metadata/metadata_store.h"
 
 namespace ferry {
 
+inline constexpr std::chrono::milliseconds kLeaseRetryWhileFailing{200};
+
 class LeaseKeeper {
  public:
-  // Keeps `owned` alive; an error is logged (once per change of error) and retried next round.
+  // Keeps `owned` alive; an error is logged (bounded, see above) and retried soon.
   using RefreshFn = std::function<Status(const std::vector<KeyValue>& owned)>;
 
-  LeaseKeeper(std::chrono::milliseconds interval, RefreshFn refresh);
+  // `store` names the store in log lines ("http metadata server h:p/path").
+  LeaseKeeper(std::chrono::milliseconds interval, RefreshFn refresh,
+              std::string store = "metadata store");
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
@@ -42,17 +50,27 @@ class LeaseKeeper {
   std::vector<KeyValue> TakeAll();
   // Runs a refresh round now instead of at the next interval (e.g. the store came back).
   void RefreshSoon();
+  // The store found `key` holding another writer's value (its name was taken over): forgets the
+  // key if it is still tracked with `value` (a Put since then keeps it), and logs that once, at
+  // warn, naming `where` (the store). Returns true when it forgot the key. Refresh functions
+  // call it for every owned key the store reports taken over.
+  bool TakenOver(std::string_view key, std::string_view value, std::string_view where);
+  // Keys forgotten by TakenOver so far (tests, stats).
+  uint64_t taken_over() const;
 
  private:
   void Run();
 
   const std::chrono::milliseconds interval_;
+  const std::chrono::milliseconds retry_interval_;  // while rounds fail
   const RefreshFn refresh_;
+  FailureLog failures_;
   mutable Mutex mu_;
   CondVar wake_;
   std::map<std::string, std::string, std::less<>> owned_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   bool soon_ GUARDED_BY(mu_) = false;
+  uint64_t taken_over_ GUARDED_BY(mu_) = 0;
   std::thread thread_;  // started/joined by Start/Stop under start_mu_
   Mutex start_mu_;
 };

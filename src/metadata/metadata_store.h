@@ -12,6 +12,10 @@
 // store lost it (restart, expiry during a partition), writes it again once the store answers.
 // When the owner process dies, nothing refreshes the key and it vanishes within lease_ttl.
 // Destroying the store client deletes its leased keys (clean shutdown) unless Abandon() ran.
+// A leased key is kept only while it holds the value this client wrote: when another writer
+// replaced it (another engine took the name over), the refresh neither extends nor rewrites it,
+// and the client forgets the key, logging that once; the destructor deletes only keys that
+// still hold this client's values (DeleteIf).
 //
 // Watch is optional: stores that can push changes return a non-null watcher().
 #pragma once
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,6 +44,13 @@ struct StoreOptions {
 
 struct PutOptions {
   bool leased = false;  // tie the key to this client's lease (see above)
+  // Compare-and-set, for keys an owner must not take from another writer: when set, the key is
+  // written only while it is absent or holds exactly *replaces (the value this writer wrote
+  // last, or one it decided to replace); "" writes an absent key only. When the key holds
+  // anything else nothing is written and Put fails with kAlreadyExists. The compare and the
+  // write are one atomic step in the store, except on an HTTP server without ferry's
+  // conditional requests (see http_store.h).
+  std::optional<std::string> replaces;
 };
 
 struct KeyValue {
@@ -89,6 +101,12 @@ class MetadataStore {
   Status Put(std::string_view key, std::string_view value) { return Put(key, value, PutOptions{}); }
   // Deleting an absent key is OK. Also forgets the key's lease, if it had one.
   virtual Status Delete(std::string_view key) = 0;
+  // Deletes `key` only while it holds exactly `expected` (compare-and-delete: an owner removing
+  // its own entry never removes the entry of whoever took the key over). Also forgets the key's
+  // lease, whatever the outcome. Ok: deleted. kNotFound: the key is absent. kAlreadyExists: it
+  // holds another value, left in place. kUnavailable: the store could not be asked. Atomic as
+  // PutOptions::replaces is.
+  virtual Status DeleteIf(std::string_view key, std::string_view expected) = 0;
   // Every key starting with `prefix`, sorted by key.
   virtual Result<std::vector<KeyValue>> List(std::string_view prefix) = 0;
 

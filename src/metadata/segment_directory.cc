@@ -1,6 +1,7 @@
 #include "metadata/segment_directory.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/log.h"
 
@@ -24,7 +25,8 @@ SegmentDirectory::SegmentDirectory(MetadataStore* store, DirectoryOptions option
     : store_(store),
       options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
-      ram_prefix_(SegmentDescKey(options_.prefix, "")) {}
+      ram_prefix_(SegmentDescKey(options_.prefix, "")),
+      store_trouble_("segment directory: metadata store", LogLevel::kWarn, clock_) {}
 
 Result<std::unique_ptr<SegmentDirectory>> SegmentDirectory::Create(MetadataStore* store,
                                                                    DirectoryOptions options) {
@@ -144,40 +146,44 @@ Result<SegmentHandle> SegmentDirectory::OpenEntry(std::string_view name, bool fo
 
 Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_cached) {
   uint64_t generation_at_start = 0;
+  std::shared_ptr<const SegmentDesc> cached;
   {
     MutexLock lock(mu_);
-    generation_at_start = EntryLocked(name).generation;
+    Entry& entry = EntryLocked(name);
+    generation_at_start = entry.generation;
+    cached = entry.desc;
   }
+  const std::string what = "segment '" + std::string(name) + "'";
   auto failed = [&](const Status& error) -> Result<SegmentHandle> {
-    // The store lost the keys of a peer that is still there (see DirectoryOptions::still_alive):
-    // asked without the lock, as it waits on the peer.
-    bool alive = false;
-    if (allow_cached && error.code() == StatusCode::kNotFound && options_.still_alive) {
-      std::shared_ptr<const SegmentDesc> cached;
+    // The store answered NotFound for a peer we know: the peer itself decides whether it is gone
+    // (asked without the lock, as it waits on the peer).
+    std::shared_ptr<const SegmentDesc> from_peer;
+    if (error.code() == StatusCode::kNotFound && cached != nullptr) from_peer = AskPeer(*cached);
+    if (from_peer != nullptr) {
+      std::optional<std::string> line;
       {
         MutexLock lock(mu_);
-        cached = EntryLocked(name).desc;
+        line = EntryLocked(name).keys_lost.Failed(
+            what + ": the metadata store lacks the keys of the live peer",
+            error.ToString() + "; incarnation " + std::to_string(cached->incarnation) +
+                " answers at " + cached->rpc.host + ":" + std::to_string(cached->rpc.port) +
+                ", using the descriptor it serves",
+            clock_->Now(), kFailureSummaryEvery);
       }
-      alive = cached != nullptr && options_.still_alive(*cached);
+      if (line.has_value()) FERRY_LOG(kWarn) << *line;
+      return Install(name, std::move(from_peer), /*from_store=*/false);
     }
     MutexLock lock(mu_);
     Entry& entry = EntryLocked(name);
-    if (error.code() == StatusCode::kNotFound && !alive) {
+    if (error.code() == StatusCode::kNotFound) {
       entry.desc.reset();  // the segment is gone; holders keep their snapshots
       entry.stale = true;
       ++entry.generation;
     } else if (allow_cached && entry.desc != nullptr &&
-               (alive || error.code() == StatusCode::kUnavailable)) {
-      // The store is down, or lost the keys of a live peer; a descriptor we had is better than
-      // none. The data path reports STALE if it is wrong. Said once per outage and name, not
-      // once per fetch.
-      if (!entry.serving_cached) {
-        entry.serving_cached = true;
-        FERRY_LOG(kWarn) << "segment '" << name << "': "
-                         << (alive ? "store lost the keys of the live peer"
-                                   : "store unavailable")
-                         << ", using cached descriptor: " << error;
-      }
+               error.code() == StatusCode::kUnavailable) {
+      // The store is down; a descriptor we had is better than none. The data path reports
+      // STALE if it is wrong. The store is asked again after cache_ttl, not on every request.
+      entry.fetched_at = clock_->Now();
       return SegmentHandle{entry.id, entry.desc};
     }
     return error;
@@ -185,17 +191,24 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
 
   Result<std::string> value = store_->Get(SegmentDescKey(options_.prefix, name));
   if (!value.ok()) {
-    return failed(value.status().WithContext("segment '" + std::string(name) + "'"));
+    const Status error = value.status().WithContext(what);
+    if (error.code() == StatusCode::kUnavailable) {
+      store_trouble_.Failed(error.ToString() +
+                            (allow_cached && cached != nullptr ? "; using the cached descriptor"
+                                                               : ""));
+    } else {
+      store_trouble_.Succeeded();  // it answered
+    }
+    return failed(error);
   }
+  store_trouble_.Succeeded();
   Result<SegmentDesc> decoded = DecodeSegmentDesc(*value, options_.limits);
   if (!decoded.ok()) {
-    return failed(decoded.status().WithContext("segment '" + std::string(name) +
-                                               "': stored descriptor rejected"));
+    return failed(decoded.status().WithContext(what + ": stored descriptor rejected"));
   }
   if (decoded->name != name) {
-    return failed(InvalidArgumentError("segment '" + std::string(name) +
-                                       "': stored descriptor names segment '" + decoded->name +
-                                       "'"));
+    return failed(InvalidArgumentError(what + ": stored descriptor names segment '" +
+                                       decoded->name + "'"));
   }
   {
     MutexLock lock(mu_);
@@ -204,13 +217,33 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
       return SegmentHandle{entry.id, entry.desc};  // a watch event installed a newer one meanwhile
     }
   }
-  return Install(name, std::make_shared<const SegmentDesc>(std::move(decoded).value()));
+  return Install(name, std::make_shared<const SegmentDesc>(std::move(decoded).value()),
+                 /*from_store=*/true);
+}
+
+std::shared_ptr<const SegmentDesc> SegmentDirectory::AskPeer(const SegmentDesc& cached) {
+  if (!options_.ask_peer) return nullptr;
+  Result<std::string> answer = options_.ask_peer(cached);
+  if (!answer.ok()) {
+    FERRY_LOG(kDebug) << "segment '" << cached.name << "' is not in the store and its peer does "
+                      << "not answer: " << answer.status();
+    return nullptr;
+  }
+  Result<SegmentDesc> decoded = DecodeSegmentDesc(*answer, options_.limits);
+  if (!decoded.ok() || decoded->name != cached.name ||
+      decoded->incarnation != cached.incarnation) {
+    FERRY_LOG(kDebug) << "segment '" << cached.name << "' is not in the store and its endpoint "
+                      << "answers as another segment or incarnation";
+    return nullptr;
+  }
+  return std::make_shared<const SegmentDesc>(std::move(decoded).value());
 }
 
 SegmentHandle SegmentDirectory::Install(std::string_view name,
-                                        std::shared_ptr<const SegmentDesc> desc) {
+                                        std::shared_ptr<const SegmentDesc> desc, bool from_store) {
   uint64_t old_incarnation = 0;
   SegmentHandle handle;
+  std::optional<std::string> keys_back;
   {
     MutexLock lock(mu_);
     Entry& entry = EntryLocked(name);
@@ -220,11 +253,16 @@ SegmentHandle SegmentDirectory::Install(std::string_view name,
     }
     entry.fetched_at = clock_->Now();
     entry.stale = false;
-    entry.serving_cached = false;
+    if (from_store) {
+      keys_back = entry.keys_lost.Succeeded(
+          "segment '" + std::string(name) + "': the metadata store lacks the keys of the live peer",
+          clock_->Now());
+    }
     ++entry.generation;
     fetched_.NotifyAll();
     handle = SegmentHandle{entry.id, entry.desc};
   }
+  if (keys_back.has_value()) FERRY_LOG(kInfo) << *keys_back;
   if (old_incarnation != 0 && old_incarnation != handle.desc->incarnation) {
     FERRY_LOG(kInfo) << "segment '" << name << "' restarted: incarnation " << old_incarnation
                      << " -> " << handle.desc->incarnation;
@@ -276,7 +314,8 @@ void SegmentDirectory::OnWatchEvent(const WatchEvent& event) {
     auto it = entries_.find(name);
     if (it == entries_.end()) return;  // never opened here: nothing cached to refresh
     if (event.type == WatchEvent::Type::kDelete) {
-      it->second.desc.reset();
+      // The store dropped the keys; whether the peer is gone is the peer's to say. The next use
+      // fetches, and that fetch asks the peer (see Fetch); the descriptor stays until then.
       it->second.stale = true;
       ++it->second.generation;
       return;
@@ -288,7 +327,8 @@ void SegmentDirectory::OnWatchEvent(const WatchEvent& event) {
                      << (decoded.ok() ? "it names another segment" : decoded.status().ToString());
     return;
   }
-  Install(name, std::make_shared<const SegmentDesc>(std::move(decoded).value()));
+  Install(name, std::make_shared<const SegmentDesc>(std::move(decoded).value()),
+          /*from_store=*/true);
 }
 
 // ---- SegmentPublisher -------------------------------------------------------------------------
@@ -303,10 +343,13 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) 
   const std::string rpc_meta = RpcMetaValue(desc);
   MutexLock lock(mu_);
   if (!published_name_.empty() && published_name_ != desc.name) {
-    store_->Delete(SegmentDescKey(prefix_, published_name_)).IgnoreError();
-    store_->Delete(RpcMetaKey(prefix_, published_name_)).IgnoreError();
+    DeleteOwnedLocked(SegmentDescKey(prefix_, published_name_)).IgnoreError();
+    DeleteOwnedLocked(RpcMetaKey(prefix_, published_name_)).IgnoreError();
   }
-  if (published_name_ != desc.name) written_.clear();
+  if (published_name_ != desc.name) {
+    written_.clear();
+    attempted_.clear();
+  }
   // rpc_meta first: a peer that sees the descriptor can always find the endpoint. A value the
   // store already holds from us is not written again (the store client keeps leased keys alive
   // and rewrites them after a store restart): rpc_meta goes once per incarnation, and
@@ -316,10 +359,8 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) 
   for (const auto& [key, value] : {std::pair<const std::string&, const std::string&>{meta_key, rpc_meta},
                                    {desc_key, json}}) {
     auto it = written_.find(key);
-    if (it != written_.end() && it->second == value) continue;
-    written_.erase(key);  // unknown until the Put answers
-    RETURN_IF_ERROR(store_->Put(key, value, {.leased = true}));
-    written_[key] = value;
+    if (it != written_.end() && it->second == value && attempted_.count(key) == 0) continue;
+    RETURN_IF_ERROR(PutOwnedLocked(desc.name, key, value));
     ++writes_;
   }
   published_name_ = desc.name;
@@ -328,13 +369,65 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) 
   return Status::Ok();
 }
 
+void SegmentPublisher::AllowReplacing(std::string key, std::string value) {
+  MutexLock lock(mu_);
+  replaceable_.insert_or_assign(std::move(key), std::move(value));
+}
+
+Status SegmentPublisher::PutOwnedLocked(const std::string& name, const std::string& key,
+                                        const std::string& value) {
+  // The values `key` may hold that are ours to replace; each also allows an absent key.
+  std::vector<std::string> ours;
+  for (const auto* held : {&written_, &attempted_, &replaceable_}) {
+    if (auto it = held->find(key); it != held->end()) ours.push_back(it->second);
+  }
+  if (ours.empty()) ours.emplace_back();  // "": an absent key only
+  Status s;
+  for (const std::string& replaces : ours) {
+    s = store_->Put(key, value, {.leased = true, .replaces = replaces});
+    if (s.code() != StatusCode::kAlreadyExists) break;
+  }
+  if (s.code() == StatusCode::kAlreadyExists) {
+    return AlreadyExistsError("segment '" + name +
+                              "' is held by another engine (it published under this name, or "
+                              "took it over); not overwriting its entry: " +
+                              s.message());
+  }
+  if (!s.ok()) {
+    attempted_[key] = value;  // it may have landed: ours to replace or delete later
+    return s;
+  }
+  written_[key] = value;
+  attempted_.erase(key);
+  replaceable_.erase(key);
+  return Status::Ok();
+}
+
+Status SegmentPublisher::DeleteOwnedLocked(const std::string& key) {
+  std::vector<std::string> ours;
+  for (const auto* held : {&written_, &attempted_}) {
+    if (auto it = held->find(key); it != held->end()) ours.push_back(it->second);
+  }
+  Status s;
+  for (const std::string& expected : ours) {
+    s = store_->DeleteIf(key, expected);
+    if (s.ok() || s.code() == StatusCode::kNotFound) return Status::Ok();
+    if (s.code() != StatusCode::kAlreadyExists) return s;
+  }
+  if (s.code() == StatusCode::kAlreadyExists) {
+    FERRY_LOG(kInfo) << "leaving '" << key << "' in place: another engine holds it now";
+  }
+  return Status::Ok();
+}
+
 Status SegmentPublisher::Remove() {
   MutexLock lock(mu_);
   if (published_name_.empty()) return Status::Ok();
-  Status a = store_->Delete(SegmentDescKey(prefix_, published_name_));
-  Status b = store_->Delete(RpcMetaKey(prefix_, published_name_));
+  Status a = DeleteOwnedLocked(SegmentDescKey(prefix_, published_name_));
+  Status b = DeleteOwnedLocked(RpcMetaKey(prefix_, published_name_));
   published_name_.clear();
   written_.clear();
+  attempted_.clear();
   return a.ok() ? b : a;
 }
 

@@ -5,11 +5,19 @@
 // "<prefix>/rpc_meta/<segment>" holds {"ip_or_host_name": ..., "rpc_port": ...}.
 //
 // The cache is never the truth. An entry is refreshed:
-//  - by watch events, when the store has a watcher (a put replaces, a delete drops);
+//  - by watch events, when the store has a watcher (a put replaces; a delete marks the entry
+//    for a fetch, which decides as below);
 //  - by age otherwise: an entry older than cache_ttl is fetched again on the next Open;
 //  - on demand: Invalidate(name) when the data path met STALE, Sync(name) / SyncAll().
-// When the store cannot be asked, or answers NotFound for a peer whose cached incarnation still
-// answers (DirectoryOptions::still_alive), Open serves the cached descriptor (not Sync).
+// The peer, not the store, decides whether a peer is gone. When the store answers NotFound for
+// a segment whose descriptor is cached (on every fetch: cache expiry, Sync, a delete event), the
+// directory asks the peer itself (DirectoryOptions::ask_peer): when the very incarnation it has
+// cached answers, the descriptor that peer serves is installed and the store's NotFound is not
+// an error; a peer that does not answer, or answers as another incarnation, is gone (NotFound).
+// When the store cannot be asked at all, Open serves the cached descriptor and asks the store
+// again only after cache_ttl; Sync reports Unavailable and keeps the cached descriptor.
+// Store trouble is logged in bounded lines (common/failure_log.h): one when it starts, a summary
+// every 10 s while it lasts, one when it ends; once per episode and segment for lost keys.
 // A replacement is an atomic swap of a shared_ptr<const SegmentDesc>: users holding the old
 // snapshot keep it, unchanged, for as long as they hold it. A fetched value that fails to decode
 // is an error for the caller and leaves the cached snapshot as it was.
@@ -31,6 +39,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/failure_log.h"
 #include "common/mutex.h"
 #include "core/segment_desc.h"
 #include "core/segment_desc_codec.h"
@@ -55,14 +64,16 @@ struct DirectoryOptions {
   // under the same name. Optional.
   std::function<void(std::string_view name, uint64_t old_incarnation, uint64_t new_incarnation)>
       on_restarted;
-  // Asked when the store answers NotFound for a segment whose descriptor is cached: true when
-  // the engine of that very descriptor (its incarnation) still answers. The store then lost a
-  // live peer's keys (their TTL passed while the store was down, or it restarted without them)
-  // and the peer writes them again within its lease refresh: the cached descriptor is served,
-  // as when the store is unreachable, instead of failing transfers to a live peer. Runs on the
-  // fetching thread, without directory locks held, and should be bounded (an RPC probe).
-  // Optional; without it NotFound drops the cached descriptor.
-  std::function<bool(const SegmentDesc& cached)> still_alive;
+  // Asked when the store answers NotFound for a segment whose descriptor is cached: the
+  // descriptor JSON the engine at the cached descriptor's RPC endpoint serves for itself now
+  // (the engine's GetSegmentDesc RPC), or an error when it does not answer. The store then lost
+  // a live peer's keys (their TTL passed while the store was down, it restarted without them,
+  // a delete event) and the peer writes them again at its next lease round. The answer counts
+  // only when it decodes and names the cached segment and incarnation; anything else (no
+  // answer, another incarnation) leaves the store's NotFound standing and drops the entry.
+  // Runs on the fetching thread, without directory locks held, and must be bounded (an RPC with
+  // a timeout). Optional; without it NotFound drops the cached descriptor.
+  std::function<Result<std::string>(const SegmentDesc& cached)> ask_peer;
 };
 
 struct SegmentHandle {
@@ -95,7 +106,8 @@ class SegmentDirectory {
   // Forgets a segment's cached descriptor (its id stays reserved for its name).
   void Close(SegmentId id);
 
-  // Fetches now, whatever the cache holds.
+  // Fetches now, whatever the cache holds. Unavailable when the store cannot be asked (the cached
+  // descriptor stays); on the store's NotFound the peer is asked as described above.
   Status Sync(std::string_view name);
   // Fetches every cached segment; returns the first error, after trying them all.
   Status SyncAll();
@@ -117,7 +129,9 @@ class SegmentDirectory {
     uint64_t fetch_seq = 0;   // bumped when a fetch finishes
     Status last_error;        // result of the last finished fetch, shared with its waiters
     uint64_t generation = 0;  // bumped by each install and invalidation
-    bool serving_cached = false;  // a fetch failed and the cached descriptor was served (logged)
+    // The store lacks this live peer's keys: the peer's own descriptor is served (logged once
+    // when it starts, in summaries while it lasts, and when the store has them again).
+    FailureStreak keys_lost;
   };
 
   SegmentDirectory(MetadataStore* store, DirectoryOptions options);
@@ -127,11 +141,16 @@ class SegmentDirectory {
   // shares the result of the flight already in the air). `force` skips the cache.
   Result<SegmentHandle> OpenEntry(std::string_view name, bool force) EXCLUDES(mu_);
   // Reads, decodes and installs `name`'s descriptor. Called by the single flight only. With
-  // `allow_cached`, an unreachable store returns the cached descriptor, if any, instead.
+  // `allow_cached`, an unreachable store returns the cached descriptor, if any, instead. A
+  // NotFound for a cached segment asks the peer (DirectoryOptions::ask_peer).
   Result<SegmentHandle> Fetch(std::string_view name, bool allow_cached) EXCLUDES(mu_);
+  // The descriptor the live peer of `cached` serves for itself, when it is that very
+  // incarnation; else null. Without directory locks held (it waits on the peer).
+  std::shared_ptr<const SegmentDesc> AskPeer(const SegmentDesc& cached) EXCLUDES(mu_);
   // Installs `desc` for `name` if it differs; reports a restart. Returns the handle.
-  SegmentHandle Install(std::string_view name, std::shared_ptr<const SegmentDesc> desc)
-      EXCLUDES(mu_);
+  // `from_store`: it came from the store (which therefore has the peer's keys again).
+  SegmentHandle Install(std::string_view name, std::shared_ptr<const SegmentDesc> desc,
+                        bool from_store) EXCLUDES(mu_);
   void OnWatchEvent(const WatchEvent& event);
 
   MetadataStore* const store_;
@@ -145,6 +164,7 @@ class SegmentDirectory {
   std::map<SegmentId, std::string> names_ GUARDED_BY(mu_);
   SegmentId next_id_ GUARDED_BY(mu_) = 1;
   uint64_t fetches_ GUARDED_BY(mu_) = 0;
+  FailureLog store_trouble_;  // the store could not be asked; cached descriptors served
 
   std::unique_ptr<WatchHandle> watch_;  // last member: stopped first on destruction
 };
@@ -160,9 +180,17 @@ class SegmentPublisher {
   // this publisher last wrote (rpc_meta is therefore written once per incarnation). A desc that
   // fails ValidateSegmentDesc is InvalidArgument and nothing is written. Calls serialize, so
   // the store ends up holding the value of the last call.
+  // Names are owned: an entry is written only while it is absent, holds what this publisher
+  // wrote, or holds a value AllowReplacing named (PutOptions::replaces). An entry holding
+  // anything else belongs to another engine: AlreadyExists, and nothing more is written.
   // On success, `*encoded` (when given) receives the descriptor JSON that was written.
   Status Publish(const SegmentDesc& desc, std::string* encoded = nullptr);
-  // Deletes both entries of the last published segment (clean shutdown).
+  // Lets the next write of `key` replace `value`, which the caller found there and decided to
+  // take over (its engine is dead, or the caller was told to take the name over).
+  void AllowReplacing(std::string key, std::string value);
+  // Deletes both entries of the last published segment (clean shutdown), each only while it
+  // holds what this publisher wrote (MetadataStore::DeleteIf): an entry another engine holds now
+  // is left in place (logged at info). Errors: the store's, when it could not be asked.
   Status Remove();
   uint64_t publishes() const;
   uint64_t writes() const;  // Puts issued (unchanged values skipped)
@@ -174,7 +202,17 @@ class SegmentPublisher {
   std::string published_name_ GUARDED_BY(mu_);
   uint64_t publishes_ GUARDED_BY(mu_) = 0;
   uint64_t writes_ GUARDED_BY(mu_) = 0;
+  // Writes `value` under `key` if the key is absent or holds one of our values (below).
+  Status PutOwnedLocked(const std::string& name, const std::string& key, const std::string& value)
+      REQUIRES(mu_);
+  // Deletes `key` if it holds one of our values; Ok also when it is absent or another's.
+  Status DeleteOwnedLocked(const std::string& key) REQUIRES(mu_);
+
   std::map<std::string, std::string> written_ GUARDED_BY(mu_);  // key -> value last Put
+  // key -> value of a later Put that failed without an answer (it may have landed).
+  std::map<std::string, std::string> attempted_ GUARDED_BY(mu_);
+  // key -> another engine's value the next Put may replace (AllowReplacing).
+  std::map<std::string, std::string> replaceable_ GUARDED_BY(mu_);
 };
 
 }  // namespace ferry

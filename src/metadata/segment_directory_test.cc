@@ -47,6 +47,9 @@ class CountingStore final : public MetadataStore {
     return inner_->Put(key, value, o);
   }
   Status Delete(std::string_view key) override { return inner_->Delete(key); }
+  Status DeleteIf(std::string_view key, std::string_view expected) override {
+    return inner_->DeleteIf(key, expected);
+  }
   Result<std::vector<KeyValue>> List(std::string_view prefix) override {
     return inner_->List(prefix);
   }
@@ -293,40 +296,143 @@ TEST_F(SegmentDirectoryTest, CrashedOwnersEntryExpiresWithItsLease) {
 }
 
 // The store lost a live peer's keys (their TTL passed while it was down, or it restarted
-// without them): while that very incarnation answers, its cached descriptor is served, until the
-// peer writes its keys again; a peer that does not answer, or answers as another incarnation,
-// is gone.
-TEST_F(SegmentDirectoryTest, NotFoundKeepsTheDescriptorOfALivePeer) {
+// without them): the peer itself is asked, and while that very incarnation answers, the
+// descriptor it serves is used, on cache expiry and on Sync alike, until the peer writes its keys
+// again; a peer that does not answer, or answers as another incarnation, is gone.
+TEST_F(SegmentDirectoryTest, NotFoundAsksThePeerWhetherItIsGone) {
   SegmentPublisher publisher(owner_.get(), "ferry");
   ASSERT_TRUE(publisher.Publish(MakeDesc("node-d", 5)).ok());
   CountingStore store(reader_.get(), /*hide_watch=*/true);
-  std::atomic<uint64_t> answering{5};  // the incarnation the peer answers a probe with; 0: none
-  std::atomic<int> probes{0};
+  std::atomic<uint64_t> answering{5};  // the incarnation the peer answers with; 0: no answer
+  std::atomic<int> buffers{1};         // what the peer serves
+  std::atomic<int> asked{0};
   auto dir = MakeDirectory(&store, {.cache_ttl = 1000ms,
-                                    .still_alive = [&](const SegmentDesc& cached) {
-                                      ++probes;
-                                      return answering.load() == cached.incarnation;
+                                    .ask_peer = [&](const SegmentDesc& cached)
+                                        -> Result<std::string> {
+                                      ++asked;
+                                      EXPECT_EQ(cached.name, "node-d");
+                                      if (answering.load() == 0) {
+                                        return UnavailableError("connection refused");
+                                      }
+                                      return EncodeSegmentDesc(
+                                          MakeDesc("node-d", answering.load(), buffers.load()));
                                     }});
   EXPECT_EQ(dir->Open("nobody").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(probes.load(), 0);  // nothing cached: nothing to keep
+  EXPECT_EQ(asked.load(), 0);  // nothing cached: nothing to ask
   ASSERT_TRUE(dir->Open("node-d").ok());
   ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-d")).ok());  // the store lost it
   clock_.Advance(1000ms);
+  buffers = 2;  // the peer registered more meanwhile: what it serves is what counts
   Result<SegmentHandle> kept = dir->Open("node-d");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->desc->incarnation, 5u);
-  EXPECT_EQ(probes.load(), 1);
-  EXPECT_EQ(dir->Sync("node-d").code(), StatusCode::kNotFound);  // Sync says what the store says
-  // The peer wrote its keys again: fetched and fresh as before.
+  EXPECT_EQ(kept->desc->buffers.size(), 2u);
+  EXPECT_EQ(asked.load(), 1);
+  EXPECT_TRUE(dir->Open("node-d").ok());  // fresh again for cache_ttl: nobody asked
+  EXPECT_EQ(asked.load(), 1);
+  // Sync (an explicit refresh, or the data path's after a transport failure) asks too.
+  Status synced = dir->Sync("node-d");
+  EXPECT_TRUE(synced.ok()) << synced;
+  EXPECT_EQ(asked.load(), 2);
+  // The peer wrote its keys again: fetched from the store as before.
   ASSERT_TRUE(owner_->Put(SegmentDescKey("ferry", "node-d"),
-                          EncodeSegmentDesc(MakeDesc("node-d", 5, 2)), {})
+                          EncodeSegmentDesc(MakeDesc("node-d", 5, 3)), {})
                   .ok());
-  EXPECT_EQ(dir->Open("node-d")->desc->buffers.size(), 2u);
-  // Lost again, and the peer restarted (another incarnation answers): gone.
+  EXPECT_TRUE(dir->Sync("node-d").ok());
+  EXPECT_EQ(dir->Open("node-d")->desc->buffers.size(), 3u);
+  EXPECT_EQ(asked.load(), 2);
+  // Lost again, and the peer restarted (another incarnation answers): gone, on Sync too.
   ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-d")).ok());
   answering = 6;
+  EXPECT_EQ(dir->Sync("node-d").code(), StatusCode::kNotFound);
+  EXPECT_EQ(dir->Open("node-d").status().code(), StatusCode::kNotFound);
+  // Lost, and the peer does not answer: gone.
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-d", 5, 4)).ok());
+  ASSERT_TRUE(dir->Open("node-d").ok());
+  ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-d")).ok());
+  answering = 0;
   clock_.Advance(1000ms);
   EXPECT_EQ(dir->Open("node-d").status().code(), StatusCode::kNotFound);
+}
+
+// A delete event is the store's word, not the peer's: the entry is fetched at its next use, and
+// that fetch asks the peer.
+TEST_F(SegmentDirectoryTest, ADeleteEventAsksThePeerBeforeDropping) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-e", 7)).ok());
+  CountingStore store(reader_.get(), /*hide_watch=*/false);
+  std::atomic<bool> alive{true};
+  auto dir = MakeDirectory(&store, {.ask_peer = [&](const SegmentDesc&) -> Result<std::string> {
+                                      if (!alive.load()) return UnavailableError("refused");
+                                      return EncodeSegmentDesc(MakeDesc("node-e", 7));
+                                    }});
+  ASSERT_TRUE(dir->watching());
+  Result<SegmentHandle> opened = dir->Open("node-e");
+  ASSERT_TRUE(opened.ok());
+  ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-e")).ok());
+  ASSERT_TRUE(WaitFor([&] { return !dir->Cached(opened->id).ok(); }, 5s));  // event seen
+  Result<SegmentHandle> kept = dir->Open("node-e");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->desc->incarnation, 7u);
+  // Deleted again, and this time the peer is gone.
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-e", 7, 2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return dir->Open("node-e")->desc->buffers.size() == 2; }, 5s));
+  alive = false;
+  ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-e")).ok());
+  EXPECT_TRUE(
+      WaitFor([&] { return dir->Open("node-e").status().code() == StatusCode::kNotFound; }, 5s));
+}
+
+// Decorator: a store that cannot be reached while `down` is set.
+class UnreachableStore final : public MetadataStore {
+ public:
+  explicit UnreachableStore(MetadataStore* inner) : inner_(inner) {}
+  std::string_view scheme() const override { return inner_->scheme(); }
+  Result<std::string> Get(std::string_view key) override {
+    ++gets;
+    if (down.load()) return UnavailableError("store down");
+    return inner_->Get(key);
+  }
+  Status Put(std::string_view key, std::string_view value, const PutOptions& o) override {
+    return inner_->Put(key, value, o);
+  }
+  Status Delete(std::string_view key) override { return inner_->Delete(key); }
+  Status DeleteIf(std::string_view key, std::string_view expected) override {
+    return inner_->DeleteIf(key, expected);
+  }
+  Result<std::vector<KeyValue>> List(std::string_view prefix) override {
+    return inner_->List(prefix);
+  }
+  Watcher* watcher() override { return nullptr; }
+  void Abandon() override { inner_->Abandon(); }
+  std::atomic<bool> down{false};
+  std::atomic<int> gets{0};
+
+ private:
+  MetadataStore* inner_;
+};
+
+// While the store cannot be asked, cached descriptors are served and the store is asked again
+// only once per cache_ttl per segment (not on every request); Sync says Unavailable and keeps
+// the descriptor.
+TEST_F(SegmentDirectoryTest, AnUnreachableStoreIsAskedOncePerTtl) {
+  SegmentPublisher publisher(owner_.get(), "ferry");
+  ASSERT_TRUE(publisher.Publish(MakeDesc("node-u", 3)).ok());
+  UnreachableStore store(reader_.get());
+  Result<std::unique_ptr<SegmentDirectory>> dir =
+      SegmentDirectory::Create(&store, {.cache_ttl = 1000ms, .clock = &clock_});
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE((*dir)->Open("node-u").ok());
+  store.down = true;
+  clock_.Advance(1000ms);
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE((*dir)->Open("node-u").ok());
+  EXPECT_EQ(store.gets.load(), 2);
+  EXPECT_EQ((*dir)->Sync("node-u").code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*dir)->Open("node-u")->desc->incarnation, 3u);
+  clock_.Advance(1000ms);
+  EXPECT_TRUE((*dir)->Open("node-u").ok());
+  EXPECT_EQ(store.gets.load(), 4);
+  store.down = false;
 }
 
 TEST_F(SegmentDirectoryTest, PublisherRejectsInvalidDescriptorsAndWritesRpcMeta) {

@@ -31,7 +31,8 @@ Status ValidateOptions(const RpcServerOptions& o) {
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(const RpcServerOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(options));
   ASSIGN_OR_RETURN(rpc::TcpListener listener,
-                   rpc::ListenTcp(options.bind_host, options.port, options.port_range_end));
+                   rpc::ListenTcp(options.bind_host, options.port, options.port_range_end,
+                                  options.fallback_ports));
   std::unique_ptr<RpcServer> server(new RpcServer(options, listener.port));
   rpc::ServerLoop::Options loop_options;
   loop_options.limits.max_frame_bytes = options.max_frame_bytes;

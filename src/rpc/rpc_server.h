@@ -25,6 +25,7 @@
 #include <string_view>
 
 #include "common/mutex.h"
+#include "common/net_address.h"
 #include "ferry/status.h"
 #include "rpc/peer_info.h"
 
@@ -40,6 +41,9 @@ struct RpcServerOptions {
   std::string bind_host = "127.0.0.1";
   uint16_t port = 0;            // 0: the kernel picks a free port (see port())
   uint16_t port_range_end = 0;  // when set: the first free port in [port, port_range_end]
+  // With port 0: the first free port of this range (the engine's port_range); unbounded: the
+  // kernel picks. An explicit port (and port_range_end) wins over it.
+  PortRange fallback_ports;
   size_t max_frame_bytes = size_t{64} << 20;      // larger request payloads close the connection
   std::chrono::milliseconds io_timeout{10000};    // a started frame or a response must progress
   std::chrono::milliseconds idle_timeout{60000};  // an idle connection is closed after this

@@ -186,6 +186,23 @@ TEST(RpcServerTest, PortRangeMovesPastAnOccupiedPort) {
 
   o.port_range_end = first;  // a range of one, taken
   EXPECT_EQ(RpcServer::Create(o).status().code(), StatusCode::kUnavailable);
+
+  // port 0 takes the fallback range (the engine's port_range); an explicit port wins over it.
+  RpcServerOptions ranged;
+  ranged.fallback_ports = {first, static_cast<uint16_t>(first + 20)};
+  auto in_range = RpcServer::Create(ranged);
+  ASSERT_TRUE(in_range.ok()) << in_range.status();
+  EXPECT_GT((*in_range)->port(), first);
+  EXPECT_LE((*in_range)->port(), first + 20);
+  ranged.fallback_ports = {first, first};
+  Result<std::unique_ptr<RpcServer>> exhausted = RpcServer::Create(ranged);
+  EXPECT_EQ(exhausted.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(exhausted.status().message().find("no free port for rpc in port range"),
+            std::string::npos)
+      << exhausted.status();
+  ranged.port = (*in_range)->port() + 1;
+  auto explicit_port = RpcServer::Create(ranged);
+  if (explicit_port.ok()) EXPECT_EQ((*explicit_port)->port(), ranged.port);
 }
 
 TEST(RpcServerTest, StalledClientBlocksNobodyAndIsClosedAfterIoTimeout) {

@@ -78,14 +78,6 @@ Result<UniqueFd> ConnectOne(const addrinfo& ai, Deadline deadline) {
   return fd;
 }
 
-void SetPort(sockaddr* addr, uint16_t port) {
-  if (addr->sa_family == AF_INET) {
-    reinterpret_cast<sockaddr_in*>(addr)->sin_port = htons(port);  // NOLINT
-  } else if (addr->sa_family == AF_INET6) {
-    reinterpret_cast<sockaddr_in6*>(addr)->sin6_port = htons(port);  // NOLINT
-  }
-}
-
 }  // namespace
 
 int PollTimeoutMs(Deadline deadline) {
@@ -108,40 +100,16 @@ Result<UniqueFd> ConnectTcp(const HostPort& peer, Deadline deadline) {
   return last.WithContext("connect to " + peer.ToString());
 }
 
-Result<TcpListener> ListenTcp(std::string_view host, uint16_t port, uint16_t port_range_end) {
+Result<TcpListener> ListenTcp(std::string_view host, uint16_t port, uint16_t port_range_end,
+                              PortRange fallback) {
   if (port_range_end != 0 && (port == 0 || port_range_end < port)) {
     return InvalidArgumentError("bad rpc port range " + std::to_string(port) + ".." +
                                 std::to_string(port_range_end));
   }
-  Result<AddrInfoPtr> addrs = Resolve(std::string(host), "0", true);
-  if (!addrs.ok()) return InvalidArgumentError("rpc bind host: " + addrs.status().message());
-  const addrinfo& ai = *addrs->get();
-  const uint16_t last_port = port_range_end == 0 ? port : port_range_end;
-  for (uint32_t p = port; p <= last_port; ++p) {
-    UniqueFd fd(
-        socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
-    if (!fd.valid()) return UnavailableError("socket: " + ErrnoText(errno));
-    const int one = 1;
-    (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_storage addr{};
-    std::memcpy(&addr, ai.ai_addr, ai.ai_addrlen);
-    SetPort(reinterpret_cast<sockaddr*>(&addr), static_cast<uint16_t>(p));         // NOLINT
-    if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), ai.ai_addrlen) != 0) {  // NOLINT
-      const int err = errno;
-      if (err == EADDRINUSE) continue;
-      const std::string what = "bind " + std::string(host) + ":" + std::to_string(p) + ": ";
-      if (err == EACCES) return PermissionDeniedError(what + ErrnoText(err));
-      return UnavailableError(what + ErrnoText(err));
-    }
-    if (listen(fd.get(), SOMAXCONN) != 0) return UnavailableError("listen: " + ErrnoText(errno));
-    socklen_t len = sizeof(addr);
-    if (getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {  // NOLINT
-      return UnavailableError("getsockname: " + ErrnoText(errno));
-    }
-    return TcpListener{std::move(fd), NumericAddress(addr, len).port};
-  }
-  return UnavailableError("no free rpc port in " + std::to_string(port) + ".." +
-                          std::to_string(last_port) + " on " + std::string(host));
+  PortRange range = fallback;
+  if (port != 0) range = {port, port_range_end == 0 ? port : port_range_end};
+  ASSIGN_OR_RETURN(BoundListener bound, ListenTcpInRange(std::string(host), range, "rpc"));
+  return TcpListener{std::move(bound.fd), bound.port};
 }
 
 Status SendAll(int fd, std::string_view bytes, Deadline deadline) {

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "common/host_port.h"
+#include "common/net_address.h"
 #include "common/unique_fd.h"
 #include "ferry/status.h"
 
@@ -38,12 +39,14 @@ struct TcpListener {
   uint16_t port = 0;
 };
 
-// Binds and listens on `host` (an address or name; resolved with getaddrinfo, first result).
-// port 0 lets the kernel pick, unless `port_range_end` is set, in which case every port in
-// [port, port_range_end] is tried in order and the first free one is taken. InvalidArgument for
-// a bad range or host; Unavailable when no port in the range is free; PermissionDenied for a
-// privileged port.
-Result<TcpListener> ListenTcp(std::string_view host, uint16_t port, uint16_t port_range_end);
+// Binds and listens on `host` (an address or name; resolved with getaddrinfo, first result) through
+// common/net_address.h's ListenTcpInRange. An explicit `port` wins: exactly that port, or with
+// `port_range_end` every port in [port, port_range_end] in order, the first free one taken.
+// port 0 takes the first free port of `fallback` (the engine's port_range), or lets the kernel
+// pick when it is unbounded. InvalidArgument for a bad range or host; Unavailable (naming the
+// range) when no port in it is free; PermissionDenied for a privileged port.
+Result<TcpListener> ListenTcp(std::string_view host, uint16_t port, uint16_t port_range_end,
+                              PortRange fallback = {});
 
 // Sends every byte of `bytes` before `deadline`. Timeout when the deadline passes first;
 // Unavailable when the connection fails (the bytes may be partly sent).

@@ -34,6 +34,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/net_address.h"
 #include "core/segment_desc.h"
 #include "ferry/status.h"
 #include "ferry/types.h"
@@ -101,7 +102,14 @@ struct Slice {
 
 struct TransportStartInfo {
   std::string local_segment;  // this engine's segment name
-  std::string bind_host;      // where this engine listens (its RPC host)
+  std::string bind_host;      // where this engine listens (its RPC host; may be a wildcard)
+  // What peers are told: the host a transport publishes in its endpoint bytes. Never a
+  // wildcard; equal to bind_host unless EngineOptions::advertise_host (or the route to the
+  // metadata store, for a wildcard bind) says otherwise.
+  std::string advertise_host = {};
+  // Every port a transport listens on (TCP listeners, socket-addressed fabric endpoints) lies in
+  // this range; unbounded: the kernel picks. Exhausted: Unavailable naming the range.
+  PortRange ports = {};
   // The cluster secret (EngineOptions::auth_secret; empty: none, or >= 16 bytes, validated by
   // the engine). A transport that opens its own connections runs common/peer_auth.h's
   // handshake on each before its first frame, and refuses peers that fail it; a transport

@@ -20,7 +20,8 @@
 //   FERRY_PEER_LEASE_TTL_MS=1000    EngineOptions::lease_ttl (default 3000)
 //   FERRY_PEER_MANAGED=1            the buffer comes from allocateManagedBuffer (=cxl: from the
 //                                   cxl window)
-// and, read by the engine itself: FERRY_AUTH_SECRET=<secret> (EngineOptions::auth_secret).
+// and, read by the engine itself: FERRY_AUTH_SECRET=<secret> (EngineOptions::auth_secret),
+// FERRY_ADVERTISE_HOST=<addr> and FERRY_PORT_RANGE=<first-last> (advertise_host, port_range).
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>

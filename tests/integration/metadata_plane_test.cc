@@ -270,6 +270,45 @@ TEST_P(MetadataPlaneTest, SixteenThreadsOpenAHundredSegments) {
   EXPECT_EQ(listed->size(), 100u);
 }
 
+// Names are owned: compare-and-set (PutOptions::replaces) and compare-and-delete (DeleteIf) on
+// every store, and a leased key another writer took over is neither refreshed back nor deleted
+// by its first owner, whose own other keys are still refreshed and deleted.
+TEST_P(MetadataPlaneTest, ConditionalWritesLeaveAnotherWritersKeyAlone) {
+  auto a = Connect();
+  auto b = Connect();
+  auto reader = Connect();
+  ASSERT_TRUE(a && b && reader);
+  const std::string key = "ferry/ram/owned";
+  ASSERT_TRUE(a->Put(key, "A1", {.leased = true, .replaces = ""}).ok());
+  // "" writes an absent key only; a wrong expected value writes nothing.
+  EXPECT_EQ(b->Put(key, "B1", {.leased = true, .replaces = ""}).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(b->Put(key, "B1", {.replaces = "A0"}).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(b->DeleteIf(key, "A0").code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(b->DeleteIf("ferry/ram/absent", "A1").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(a->Put(key, "A2", {.leased = true, .replaces = "A1"}).ok());
+  EXPECT_EQ(*reader->Get(key), "A2");
+
+  // b takes the key over; a keeps another leased key, which a third party deletes: it comes
+  // back only through a's lease refresh. Two such rounds after the take-over, a's refresh has
+  // looked at the taken key and left it.
+  ASSERT_TRUE(b->Put(key, "B1", {.leased = true, .replaces = "A2"}).ok());
+  const std::string marker = "ferry/ram/owned-marker";
+  ASSERT_TRUE(a->Put(marker, "M", {.leased = true}).ok());
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(reader->Delete(marker).ok());
+    ASSERT_TRUE(Eventually(kLeaseTtl * 3, [&] { return reader->Get(marker).ok(); }))
+        << "round " << round;
+  }
+  EXPECT_EQ(*reader->Get(key), "B1");
+  // a's clean shutdown deletes its marker, not b's key.
+  a.reset();
+  EXPECT_EQ(reader->Get(marker).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*reader->Get(key), "B1");
+  EXPECT_TRUE(b->DeleteIf(key, "B1").ok());
+  EXPECT_EQ(reader->Get(key).status().code(), StatusCode::kNotFound);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, MetadataPlaneTest,
                          ::testing::Values(Kind::kMemory, Kind::kEtcd, Kind::kRedis, Kind::kHttp),
                          [](const auto& info) { return KindName(info.param); });

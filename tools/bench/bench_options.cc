@@ -121,30 +121,33 @@ Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptio
 
 // Applies one "--flag=value" to `out`. `has_value` is false for a bare "--flag".
 Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, BenchOptions& out) {
-  if (flag == "check" || flag == "json" || flag == "managed" || flag == "tcp_payload_checksum") {
+  if (flag == "check" || flag == "json" || flag == "managed" || flag == "tcp_payload_checksum" ||
+      flag == "take_over_name") {
     const auto on = has_value ? ParseBool(value) : std::optional<bool>(true);
     if (!on) return BadValue(flag, value, "true|false");
     (flag == "check"                  ? out.check
      : flag == "json"                 ? out.json
      : flag == "tcp_payload_checksum" ? out.tcp_payload_checksum
+     : flag == "take_over_name"       ? out.take_over_name
                                       : out.managed) = *on;
     return Status::Ok();
   }
   if (!has_value) {
     static constexpr std::string_view kValueFlags[] = {
-        "mode",          "operation",    "metadata_server", "local_server_name", "host",
-        "rpc_port",      "segment_id",   "target_addr",     "protocol",          "block_size",
-        "batch_size",    "threads",      "duration",        "buffer_size",       "host_id",
-        "rdma_provider", "rdma_devices", "cxl_window",      "cxl_window_size",   "slice_size"};
+        "mode",           "operation",    "metadata_server", "local_server_name", "host",
+        "rpc_port",       "segment_id",   "target_addr",     "protocol",          "block_size",
+        "batch_size",     "threads",      "duration",        "buffer_size",       "host_id",
+        "rdma_provider",  "rdma_devices", "cxl_window",      "cxl_window_size",   "slice_size",
+        "advertise_host", "port_range"};
     const bool known =
         std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
     return InvalidArgumentError(known ? "flag --" + std::string(flag) + " needs =<value>"
                                       : "unknown flag '--" + std::string(flag) + "'");
   }
   if (flag == "mode" || flag == "operation") return ApplyEnumFlag(flag, value, out);
-  static constexpr std::string_view kNonEmpty[] = {"metadata_server", "host",      "segment_id",
-                                                   "protocol",        "host_id",   "rdma_provider",
-                                                   "rdma_devices",    "cxl_window"};
+  static constexpr std::string_view kNonEmpty[] = {
+      "metadata_server", "host",         "segment_id", "protocol",       "host_id",
+      "rdma_provider",   "rdma_devices", "cxl_window", "advertise_host", "port_range"};
   if (value.empty() &&
       std::find(std::begin(kNonEmpty), std::end(kNonEmpty), flag) != std::end(kNonEmpty)) {
     return BadValue(flag, value, "a non-empty string");
@@ -155,6 +158,10 @@ Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, 
     out.local_server_name = std::string(value);
   } else if (flag == "host") {
     out.host = std::string(value);
+  } else if (flag == "advertise_host") {
+    out.advertise_host = std::string(value);
+  } else if (flag == "port_range") {
+    out.port_range = std::string(value);  // checked by the engine's init (one parser)
   } else if (flag == "segment_id") {
     out.segment_id = std::string(value);
   } else if (flag == "protocol") {
@@ -214,9 +221,6 @@ Status Validate(const BenchOptions& o) {
   RETURN_IF_ERROR(ValidateTransports(o));
   if (o.mode == BenchMode::kInitiator) {
     if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
-    if (o.target_addr == 0) {
-      return InvalidArgumentError("initiator needs --target_addr (the target's ready line)");
-    }
   }
   if (o.WorkingSetBytes() / o.threads / o.batch_size != o.block_size ||
       o.WorkingSetBytes() > kMaxBytes) {
@@ -252,7 +256,10 @@ EngineOptions MakeEngineOptions(const BenchOptions& o) {
   EngineOptions e;
   e.metadata_conn = o.metadata_server;
   e.local_server_name = o.local_server_name;
+  e.take_over_name = o.take_over_name;
   e.host = o.host;
+  e.advertise_host = o.advertise_host;
+  e.port_range = o.port_range;
   e.rpc_port = o.rpc_port;
   e.transports = o.Transports();
   e.host_id = o.host_id;
@@ -325,7 +332,7 @@ Measures ferry transfers between two processes, as Mooncake's transfer_engine_be
               registers --buffer_size bytes and prints, once reachable:
                 ready segment=<name> addr=<hex address> len=<bytes> protocol=<p> managed=0|1
               then serves until SIGINT/SIGTERM (or --duration, when given).
-  initiator:  ferry-bench --mode=initiator --segment_id=<name> --target_addr=<hex> [flags]
+  initiator:  ferry-bench --mode=initiator --segment_id=<name> [--target_addr=<hex>] [flags]
               runs --threads threads for --duration seconds; each submits batches of
               --batch_size blocks of --block_size bytes to its own slice of the target's buffer
               and waits for the whole batch.
@@ -335,11 +342,20 @@ flags:
   --metadata_server=CONN      P2PHANDSHAKE, etcd://h:p, redis://h:p, http://h:p/metadata
                               (default P2PHANDSHAKE)
   --local_server_name=NAME    this engine's segment name (default: <host>:<rpc_port>)
-  --host=ADDR                 address this engine listens on (default 127.0.0.1)
+  --take_over_name            take the name over even from a live engine holding it (default:
+                              init fails naming the holder; a dead holder is taken over anyway)
+  --host=ADDR                 address this engine listens on (default 127.0.0.1; 0.0.0.0 or
+                              :: listens on every interface)
+  --advertise_host=ADDR       address peers are told (segment name, RPC and transport
+                              endpoints); default: --host, or for a wildcard --host the
+                              address routing to the metadata server (FERRY_ADVERTISE_HOST)
+  --port_range=FIRST-LAST     every listener without an explicit port (RPC, tcp data, rdma
+                              over tcp;ofi_rxm) binds a port of this range (FERRY_PORT_RANGE)
   --rpc_port=N                RPC port; 0 picks a free one (default 0)
   --segment_id=NAME           initiator: the target's segment name (its ready line)
-  --target_addr=HEX           initiator: the target's buffer address (its ready line); the
-                              facade cannot list a segment's buffers, so it is passed along
+  --target_addr=HEX           initiator: the target buffer's address (its ready line)
+                              (default: the first buffer the target's segment publishes,
+                              from getSegmentBuffers, as Mooncake's bench does)
   --protocol=NAME             transport(s) to install: tcp, shm, cxl, rdma, a comma list, or
                               auto (tcp + shm, + cxl with --cxl_window, + rdma when a NIC or
                               --rdma_provider is there) (default tcp). Exactly one name also

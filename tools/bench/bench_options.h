@@ -23,10 +23,15 @@ struct BenchOptions {
   BenchMode mode = BenchMode::kInitiator;
   std::string metadata_server = "P2PHANDSHAKE";
   std::string local_server_name;  // empty: "<host>:<rpc_port>"
+  bool take_over_name = false;    // EngineOptions::take_over_name
   std::string host = "127.0.0.1";
-  uint16_t rpc_port = 0;     // 0: a free port (the target prints its segment name)
-  std::string segment_id;    // initiator: the target's segment name
-  uint64_t target_addr = 0;  // initiator: the target's buffer address ("addr=" of its ready line)
+  std::string advertise_host;  // EngineOptions::advertise_host; empty: the engine decides
+  std::string port_range;      // EngineOptions::port_range ("20000-20100"); empty: unbounded
+  uint16_t rpc_port = 0;       // 0: a free port (the target prints its segment name)
+  std::string segment_id;      // initiator: the target's segment name
+  // initiator: the target's buffer address ("addr=" of its ready line); 0: the first buffer
+  // its segment publishes (TransferEngine::getSegmentBuffers).
+  uint64_t target_addr = 0;
   // Transports to install: a name (tcp, shm, cxl, rdma), a comma list, or "auto". Exactly one
   // name also becomes every request's TransferRequest::transport hint. tcp stays the default so
   // that a bare run measures the same thing on one host and across hosts.

@@ -92,13 +92,24 @@ TEST(BenchOptionsTest, ParsesTheTransportFlags) {
 TEST(BenchOptionsTest, EngineOptionsFollowTheFlags) {
   Result<BenchOptions> o =
       Parse({"--mode=target", "--metadata_server=http://127.0.0.1:8080/metadata",
-             "--local_server_name=me", "--host=127.0.0.2", "--rpc_port=15000"});
+             "--local_server_name=me", "--host=127.0.0.2", "--rpc_port=15000",
+             "--take_over_name"});
   ASSERT_TRUE(o.ok()) << o.status();
   const EngineOptions e = MakeEngineOptions(*o);
   EXPECT_EQ(e.metadata_conn, "http://127.0.0.1:8080/metadata");
   EXPECT_EQ(e.local_server_name, "me");
+  EXPECT_TRUE(e.take_over_name);
+  EXPECT_FALSE(MakeEngineOptions(*Parse({"--mode=target"})).take_over_name);
   EXPECT_EQ(e.host, "127.0.0.2");
   EXPECT_EQ(e.rpc_port, 15000);
+  EXPECT_TRUE(e.advertise_host.empty());
+  EXPECT_TRUE(e.port_range.empty());
+  const EngineOptions wide =
+      MakeEngineOptions(*Parse({"--mode=target", "--host=0.0.0.0", "--advertise_host=10.0.0.7",
+                                "--port_range=20000-20100"}));
+  EXPECT_EQ(wide.host, "0.0.0.0");
+  EXPECT_EQ(wide.advertise_host, "10.0.0.7");
+  EXPECT_EQ(wide.port_range, "20000-20100");
   EXPECT_EQ(e.transports, std::vector<std::string>{"tcp"});
   EXPECT_TRUE(e.host_id.empty());
   EXPECT_TRUE(e.cxl_window.empty());
@@ -164,7 +175,6 @@ TEST(BenchOptionsTest, RejectsBadInput) {
       {"--mode=target", "--check=maybe"},
       {"--mode=target", "--host"},
       {"--mode=target", "--host="},
-      {"--segment_id=x"},
       {"--target_addr=0x10"},
       {"--mode=target", "--block_size=1M", "--buffer_size=16M"},
       {"--segment_id=x", "--target_addr=zz"},
@@ -186,6 +196,13 @@ TEST(BenchOptionsTest, RejectsBadInput) {
     EXPECT_FALSE(o.ok()) << args.back();
     if (!o.ok()) EXPECT_EQ(o.status().code(), StatusCode::kInvalidArgument);
   }
+}
+
+TEST(BenchOptionsTest, TargetAddrIsAnOptionalOverride) {
+  Result<BenchOptions> o = Parse({"--segment_id=127.0.0.1:1234"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->target_addr, 0u);  // the initiator asks the segment for its first buffer
+  EXPECT_FALSE(Parse({"--segment_id=x", "--target_addr=0"}).ok());
 }
 
 TEST(BenchOptionsTest, HelpNeedsNothingElse) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ctest smoke run of ferry-bench, so the tool and its ready-line protocol cannot rot:
 #  1. a tcp target and two short tcp initiators (read, then write) on 127.0.0.1 with
-#     P2PHANDSHAKE and --check;
+#     P2PHANDSHAKE and --check: the read names the target's buffer (--target_addr, from its
+#     ready line), the write lets the initiator take the segment's first buffer;
 #  2. a --protocol=auto --managed target: an auto initiator reading (--check) must be carried
 #     by shm (two engines on one host), then an shm initiator with its own --managed buffer
 #     writing (--check).
@@ -23,7 +24,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_target <flags...>: sets target_pid, segment and addr once the ready line is there.
+# start_target <flags...>: sets target_pid, segment and addr (for --target_addr) once the ready
+# line is there.
 start_target() {
   "$bench" --mode=target --check --buffer_size=4M "$@" >"$work/out" 2>"$work/err" &
   target_pid=$!
@@ -40,19 +42,21 @@ start_target() {
 }
 
 # run_initiator <want transport> <flags...>: one short --check run that must end without errors
-# and be carried by <want>.
+# and be carried by <want>. Without --target_addr among the flags it writes to / reads from the
+# first buffer the target's segment publishes.
 run_initiator() {
   local want=$1 json
   shift
   json=$(timeout 60 "$bench" --mode=initiator --check --json --segment_id="$segment" \
-    --target_addr="$addr" --block_size=16K --batch_size=8 --threads=2 --duration=0.3 "$@")
+    --block_size=16K --batch_size=8 --threads=2 --duration=0.3 "$@")
   echo "$json"
   grep -q '"errors":0' <<<"$json"
   grep -q "\"transport\":\"$want\"" <<<"$json" || { echo "want transport $want"; exit 1; }
 }
 
 start_target --protocol=tcp
-for op in read write; do run_initiator tcp --protocol=tcp --operation="$op"; done
+run_initiator tcp --protocol=tcp --operation=read --target_addr="$addr"
+run_initiator tcp --protocol=tcp --operation=write
 # The target exits 0 on SIGTERM.
 kill -TERM "$target_pid"
 wait "$target_pid"

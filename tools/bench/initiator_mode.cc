@@ -321,6 +321,27 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   return r;
 }
 
+// `o` with target_addr set: the override when given, else the first buffer the segment
+// publishes (as Mooncake's bench takes it). InvalidArgument when that buffer cannot hold the
+// working set.
+Result<BenchOptions> WithTargetAddr(TransferEngine& engine, const BenchOptions& o,
+                                    SegmentId target) {
+  if (o.target_addr != 0) return o;
+  ASSIGN_OR_RETURN(std::vector<SegmentBuffer> buffers, engine.getSegmentBuffers(target));
+  if (buffers.empty()) {
+    return InvalidArgumentError("publishes no remote-accessible buffer (pass --target_addr)");
+  }
+  if (buffers.front().length < o.WorkingSetBytes()) {
+    return InvalidArgumentError("its first buffer holds " + std::to_string(buffers.front().length) +
+                                " bytes, less than threads * batch_size * block_size = " +
+                                std::to_string(o.WorkingSetBytes()) +
+                                " (pass --target_addr, or use smaller blocks)");
+  }
+  BenchOptions out = o;
+  out.target_addr = buffers.front().addr;
+  return out;
+}
+
 }  // namespace
 
 int RunInitiator(const BenchOptions& o, StopSignals& signals) {
@@ -336,10 +357,13 @@ int RunInitiator(const BenchOptions& o, StopSignals& signals) {
   }
   Result<SegmentId> target = engine.openSegment(o.segment_id);
   if (!target.ok()) return Fail("openSegment " + o.segment_id, target.status());
+  Result<BenchOptions> resolved = WithTargetAddr(engine, o, *target);
+  if (!resolved.ok()) return Fail("segment " + o.segment_id, resolved.status());
+  const BenchOptions& run = *resolved;
 
-  BenchResult result = Measure(engine, o, *target, memory.data(), signals);
-  if (o.check && o.operation == BenchOperation::kWrite && result.errors == 0) {
-    if (Status s = VerifyWrites(engine, o, *target, seed); !s.ok()) {
+  BenchResult result = Measure(engine, run, *target, memory.data(), signals);
+  if (run.check && run.operation == BenchOperation::kWrite && result.errors == 0) {
+    if (Status s = VerifyWrites(engine, run, *target, seed); !s.ok()) {
       result.errors += 1;
       result.first_error = s.ToString();
     }

@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "core/base64.h"
+#include "metadata/http/http_conditional.h"
 #include "metadata_server/kv_store.h"
 
 namespace ferry::metadata_server {
@@ -88,7 +89,20 @@ bool ParseTtl(const httplib::Request& req, httplib::Response& res, std::chrono::
 }
 
 void AnswerStoreError(httplib::Response& res, const Status& s) {
+  if (s.code() == StatusCode::kAlreadyExists) {
+    return Answer(res, 412, std::string(kIfValueHeader) + " does not match: " + s.message());
+  }
+  if (s.code() == StatusCode::kNotFound) return Answer(res, 404, "metadata not found");
   Answer(res, s.code() == StatusCode::kAgain ? 507 : 500, s.message());
+}
+
+// The condition of a request carrying kIfValueHeader (null without one): the current value's
+// tag must be the header's. `absent_ok`: an absent key passes too (PUT).
+KvStore::Condition IfValueCondition(const httplib::Request& req, bool absent_ok) {
+  if (!req.has_header(kIfValueHeader)) return nullptr;
+  return [tag = req.get_header_value(kIfValueHeader), absent_ok](const std::string* current) {
+    return current == nullptr ? absent_ok : HttpValueTag(*current) == tag;
+  };
 }
 
 void HandleGet(KvStore& store, const httplib::Request& req, httplib::Response& res) {
@@ -115,7 +129,7 @@ void HandlePutBody(KvStore& store, const httplib::Request& req, std::string body
   std::chrono::seconds ttl;
   if (!RequireKey(req, res, &key) || !ParseTtl(req, res, &ttl)) return;
   if (!IsUtf8(key)) return Answer(res, 400, "the key is not valid UTF-8");
-  const Status s = store.Put(key, std::move(body), ttl);
+  const Status s = store.Put(key, std::move(body), ttl, IfValueCondition(req, /*absent_ok=*/true));
   if (!s.ok()) return AnswerStoreError(res, s);
   Answer(res, 200, "metadata updated");
 }
@@ -154,7 +168,7 @@ void HandleBoundedPut(KvStore& store, size_t max_body, const httplib::Request& r
 void HandleDelete(KvStore& store, const httplib::Request& req, httplib::Response& res) {
   std::string key;
   if (!RequireKey(req, res, &key)) return;
-  const Status s = store.Delete(key);
+  const Status s = store.Delete(key, IfValueCondition(req, /*absent_ok=*/false));
   if (!s.ok()) return AnswerStoreError(res, s);
   Answer(res, 200, "metadata deleted");
 }
@@ -208,7 +222,8 @@ void InstallHandlers(httplib::Server& server, KvStore& store, const std::string&
                      size_t max_body) {
   // Tells clients that PUT ...&ttl= is honoured (Mooncake's server has no TTLs): ferry's http
   // store refreshes leased keys only against a server that sends this.
-  server.set_default_headers({{"X-Ferry-Metadata-Ttl", "1"}});
+  // X-Ferry-Metadata-Conditional: PUT and DELETE honour X-Ferry-If-Value (http_conditional.h).
+  server.set_default_headers({{"X-Ferry-Metadata-Ttl", "1"}, {kConditionalHeader, "1"}});
   const std::string pattern = LiteralPattern(path);
   server.Get(pattern, MetadataRoute(store, "GET"));
   // PUT reads its body itself, bounded by max_body; the server's own limit covers the other

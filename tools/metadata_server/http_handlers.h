@@ -6,6 +6,9 @@
 //                                connection then closes) | 507 (--max-keys reached)
 //                                | 500 (the data file could not be written; nothing changed)
 //   DELETE <path>?key=K          200, also when absent | 500 as for PUT
+//   PUT / DELETE with X-Ferry-If-Value: <tag>   conditional (metadata/http/http_conditional.h):
+//                                412 when the key holds a value of another tag (nothing changes);
+//                                a conditional DELETE of an absent key is 404
 //   GET    <path>?prefix=P       200 {"keys":[{"key":K,"value_b64":base64(V)},...]}, sorted by key.
 //                                Values are arbitrary bytes, so they travel as base64 (RFC 4648,
 //                                standard alphabet, padded) in "value_b64", never as "value".

@@ -57,7 +57,8 @@ std::optional<std::string> KvStore::Get(std::string_view key) const {
   return it->second.value;
 }
 
-Status KvStore::Put(std::string_view key, std::string value, std::chrono::seconds ttl) {
+Status KvStore::Put(std::string_view key, std::string value, std::chrono::seconds ttl,
+                    const Condition& only_if) {
   MutexLock write(write_mu_);
   const int64_t now = NowUnixMs();
   std::optional<Entry> previous;
@@ -65,6 +66,9 @@ Status KvStore::Put(std::string_view key, std::string value, std::chrono::second
     MutexLock lock(mu_);
     auto it = entries_.find(key);
     const bool live = it != entries_.end() && !Expired(it->second, now);
+    if (only_if && !only_if(live ? &it->second.value : nullptr)) {
+      return AlreadyExistsError("the key holds another value");
+    }
     if (!live && entries_.size() >= options_.max_keys) {
       EraseExpired(entries_, now);  // makes room; the next Persist records it
       it = entries_.find(key);
@@ -91,12 +95,18 @@ Status KvStore::Put(std::string_view key, std::string value, std::chrono::second
   return s;
 }
 
-Status KvStore::Delete(std::string_view key) {
+Status KvStore::Delete(std::string_view key, const Condition& only_if) {
   MutexLock write(write_mu_);
   Entry previous;
   {
     MutexLock lock(mu_);
     auto it = entries_.find(key);
+    if (only_if) {
+      if (it == entries_.end() || Expired(it->second, NowUnixMs())) {
+        return NotFoundError("no such key");
+      }
+      if (!only_if(&it->second.value)) return AlreadyExistsError("the key holds another value");
+    }
     if (it == entries_.end()) return Status::Ok();
     previous = std::move(it->second);
     entries_.erase(it);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,14 +41,22 @@ class KvStore {
   // The value of a live key, or nullopt.
   std::optional<std::string> Get(std::string_view key) const;
 
-  // Stores `value` under `key`. ttl zero: the key never expires; otherwise it expires `ttl` from
-  // now (a later Put replaces the TTL, a Put without TTL removes it).
-  // Errors: Again when `key` is new and max_keys live keys are held; Unavailable when the data
-  // file could not be written (the store keeps its previous state).
-  Status Put(std::string_view key, std::string value, std::chrono::seconds ttl);
+  // A condition on a key's live value (null: absent or expired), checked under the store's lock
+  // together with the change it guards (conditional requests, http_conditional.h).
+  using Condition = std::function<bool(const std::string* current)>;
 
-  // Removes `key`; OK when it is absent. Errors: Unavailable as for Put.
-  Status Delete(std::string_view key);
+  // Stores `value` under `key`. ttl zero: the key never expires; otherwise it expires `ttl` from
+  // now (a later Put replaces the TTL, a Put without TTL removes it). With `only_if`, nothing
+  // changes unless it holds for the current value.
+  // Errors: AlreadyExists when `only_if` refused; Again when `key` is new and max_keys live keys
+  // are held; Unavailable when the data file could not be written (the store keeps its previous
+  // state).
+  Status Put(std::string_view key, std::string value, std::chrono::seconds ttl,
+             const Condition& only_if = nullptr);
+
+  // Removes `key`; OK when it is absent. With `only_if`: NotFound when it is absent, and
+  // AlreadyExists (kept) when the condition refuses its value. Errors: Unavailable as for Put.
+  Status Delete(std::string_view key, const Condition& only_if = nullptr);
 
   // Live keys starting with `prefix`, with their values, sorted by key.
   std::vector<std::pair<std::string, std::string>> List(std::string_view prefix) const;

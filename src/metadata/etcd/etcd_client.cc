@@ -4,6 +4,7 @@
 #include <charconv>
 #include <exception>
 
+#include "common/connect_error.h"
 #include "core/base64.h"
 #include "metadata/etcd/etcd_http.h"
 
@@ -25,18 +26,23 @@ constexpr int kGrpcUnauthenticated = 16;
 
 }  // namespace
 
-std::string EtcdTransportErrorText(httplib::Error error) {
+std::string EtcdTransportErrorText(httplib::Error error, const HostPort& endpoint,
+                                   std::chrono::steady_clock::duration elapsed,
+                                   std::chrono::milliseconds timeout) {
   switch (error) {
     case httplib::Error::Connection:
-      return "could not connect";
     case httplib::Error::ConnectionTimeout:
-      return "connect timed out";
+      return "could not connect: " + DescribeConnectFailure(endpoint, elapsed, timeout);
     case httplib::Error::Read:
-      return "no reply (connection closed or read timed out)";
+      return elapsed >= timeout ? "no reply within " + MillisText(elapsed)
+                                : "the connection closed before the reply (after " +
+                                      MillisText(elapsed) + ")";
     case httplib::Error::Write:
-      return "could not send the request";
+      return (elapsed >= timeout ? "could not send the request within "
+                                 : "could not send the request: the connection closed after ") +
+             MillisText(elapsed);
     default:
-      return "HTTP client error " + httplib::to_string(error);
+      return "HTTP client error " + httplib::to_string(error) + " after " + MillisText(elapsed);
   }
 }
 
@@ -159,6 +165,7 @@ EtcdClient::EtcdClient(std::vector<HostPort> endpoints, std::chrono::millisecond
 Result<json> EtcdClient::CallOne(const HostPort& endpoint, std::string_view path,
                                  const std::string& body, bool* try_next) {
   *try_next = false;
+  const auto started = std::chrono::steady_clock::now();
   httplib::Client cli(endpoint.host, endpoint.port);
   cli.set_connection_timeout(timeout_);
   cli.set_read_timeout(timeout_);
@@ -198,7 +205,10 @@ Result<json> EtcdClient::CallOne(const HostPort& endpoint, std::string_view path
                                  !parsed.is_discarded() && parsed.is_object());
   if (!complete) {
     *try_next = true;
-    return UnavailableError(endpoint.ToString() + " " + EtcdTransportErrorText(error));
+    return UnavailableError(
+        endpoint.ToString() + " " +
+        EtcdTransportErrorText(error, endpoint, std::chrono::steady_clock::now() - started,
+                               timeout_));
   }
   if (parsed.is_discarded() || !parsed.is_object()) {
     Status s =

@@ -5,8 +5,11 @@
 // store client (TTL = lease_ttl rounded up to whole seconds, at least 1; etcd may raise it to its
 // minimum), granted at the first leased Put and kept alive every TTL/3; when etcd reports the
 // lease gone (expired during an outage, or revoked), a new lease is granted and every owned key is
-// written again with it. Destroying the store revokes the lease, deleting its keys, unless
-// Abandon() ran. watcher() is non-null: watches stream /v3/watch and survive etcd restarts.
+// written again with it. Each keep-alive round also checks, in one transaction, that the owned
+// keys still hold this client's values: one deleted meanwhile is written again, one another
+// writer holds is given up. Conditional writes (PutOptions::replaces, DeleteIf) are
+// transactions comparing the value. Destroying the store revokes the lease, deleting its keys
+// (a key another client took over is on that client's lease), unless Abandon() ran. watcher() is non-null: watches stream /v3/watch and survive etcd restarts.
 // StoreOptions::clock is not used: every wait here is a network timeout.
 #pragma once
 

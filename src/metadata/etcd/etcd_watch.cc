@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/failure_log.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "core/base64.h"
@@ -129,16 +130,15 @@ void EtcdWatch::Run() {
   const size_t n = client_->endpoints().size();
   size_t index = client_->preferred() % n;
   std::chrono::milliseconds backoff = kMinBackoff;
-  std::string last_problem;
+  // Trouble is logged in bounded lines (when it starts, every 10 s, when the watch is back),
+  // however often the text of the error changes (it carries times).
+  FailureLog trouble("etcd watch of '" + prefix_ + "'");
   while (!stopping()) {
     if (next_revision_ <= 0) {
       Status s = Resync();
       if (stopping()) break;
       if (!s.ok()) {
-        if (s.ToString() != last_problem) {
-          FERRY_LOG(kWarn) << "etcd watch of '" << prefix_ << "': resync failed (retrying): " << s;
-          last_problem = s.ToString();
-        }
+        trouble.Failed("resync failed (retrying): " + s.ToString());
         Sleep(backoff);
         backoff = std::min(backoff * 2, kMaxBackoff);
         continue;
@@ -152,10 +152,7 @@ void EtcdWatch::Run() {
     if (established) {
       // A stream that broke at once (a misbehaving server) keeps backing off.
       if (std::chrono::steady_clock::now() - began >= kMaxBackoff) backoff = kMinBackoff;
-      if (!last_problem.empty()) {
-        FERRY_LOG(kInfo) << "etcd watch of '" << prefix_ << "' resumed";
-      }
-      last_problem.clear();
+      trouble.Succeeded();
     }
     if (end == StreamEnd::kResync) {
       next_revision_ = 0;
@@ -167,10 +164,7 @@ void EtcdWatch::Run() {
       FERRY_LOG(kDebug) << "etcd watch of '" << prefix_ << "': " << why << "; resuming at revision "
                         << next_revision_;
     } else {
-      if (why != last_problem) {
-        FERRY_LOG(kWarn) << "etcd watch of '" << prefix_ << "': " << why << "; reconnecting";
-        last_problem = why;
-      }
+      trouble.Failed(why + "; reconnecting");
       index = (index + 1) % n;  // try the next endpoint
     }
     Sleep(backoff);
@@ -220,6 +214,7 @@ EtcdWatch::StreamEnd EtcdWatch::Stream(size_t index, std::string* why, bool* est
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
   bool sent = false;
+  const auto started = std::chrono::steady_clock::now();
   try {
     sent = cli->send(req, res, error);
   } catch (const std::exception& e) {
@@ -234,7 +229,10 @@ EtcdWatch::StreamEnd EtcdWatch::Stream(size_t index, std::string* why, bool* est
   if (why->empty()) {
     *why = sent ? "watch stream from " + endpoint.ToString() + " ended (HTTP " +
                       std::to_string(res.status) + ")"
-                : "watch stream from " + endpoint.ToString() + ": " + EtcdTransportErrorText(error);
+                : "watch stream from " + endpoint.ToString() + ": " +
+                      EtcdTransportErrorText(error, endpoint,
+                                             std::chrono::steady_clock::now() - started,
+                                             client_->timeout());
   }
   return StreamEnd::kBroken;
 }

@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "common/connect_error.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "core/base64.h"
+#include "metadata/http/http_conditional.h"
 #include "metadata/lease_keeper.h"
 
 namespace ferry {
@@ -85,10 +87,35 @@ milliseconds RefreshInterval(milliseconds lease_ttl) {
   return std::max(ttl / 3, milliseconds(10));
 }
 
+// What became of a request that got no HTTP answer, in words an operator acts on, with the
+// time it really took: "connection refused (after 1 ms)", "no route to host (after 3071 ms)",
+// "timed out after 1000 ms", "cannot resolve 'h': ...", "no reply within 1000 ms".
+// cpp-httplib reports a failed connect without its reason, so the reason is asked again
+// (common/connect_error.h), within what is left of `timeout`.
+std::string TransportErrorText(httplib::Error error, SteadyClock::duration elapsed,
+                               milliseconds timeout, const HostPort& server) {
+  switch (error) {
+    case httplib::Error::Connection:
+    case httplib::Error::ConnectionTimeout:
+      return "could not connect: " + DescribeConnectFailure(server, elapsed, timeout);
+    case httplib::Error::Read:
+      return elapsed >= timeout ? "no reply within " + MillisText(elapsed)
+                                : "the connection closed before the reply (after " +
+                                      MillisText(elapsed) + ")";
+    case httplib::Error::Write:
+      return (elapsed >= timeout ? "could not send the request within "
+                                 : "could not send the request: the connection closed after ") +
+             MillisText(elapsed);
+    default:
+      return "HTTP client error " + httplib::to_string(error) + " after " + MillisText(elapsed);
+  }
+}
+
 struct Reply {
   int status = 0;
   std::string body;
-  bool server_has_ttls = false;  // it sent X-Ferry-Metadata-Ttl
+  bool server_has_ttls = false;         // it sent X-Ferry-Metadata-Ttl
+  bool server_is_conditional = false;   // it sent X-Ferry-Metadata-Conditional
   bool success() const { return status >= 200 && status < 300; }
 };
 
@@ -135,8 +162,9 @@ class HttpStore final : public MetadataStore {
         timeout_(options.request_timeout),
         max_body_bytes_(http_options.max_body_bytes),
         ttl_seconds_(ttl_seconds),
-        keeper_(RefreshInterval(options.lease_ttl),
-                [this](const std::vector<KeyValue>&) { return RefreshLeases(); }) {}
+        keeper_(
+            RefreshInterval(options.lease_ttl),
+            [this](const std::vector<KeyValue>&) { return RefreshLeases(); }, where_) {}
 
   ~HttpStore() override;
   HttpStore(const HttpStore&) = delete;
@@ -147,6 +175,7 @@ class HttpStore final : public MetadataStore {
   Result<std::string> Get(std::string_view key) override;
   Status Put(std::string_view key, std::string_view value, const PutOptions& options) override;
   Status Delete(std::string_view key) override;
+  Status DeleteIf(std::string_view key, std::string_view expected) override;
   Result<std::vector<KeyValue>> List(std::string_view prefix) override;
   Watcher* watcher() override { return nullptr; }
   void Abandon() override;
@@ -161,12 +190,20 @@ class HttpStore final : public MetadataStore {
   // up to max_body_bytes_. `what` names the request in errors ("GET 'key'").
   // Errors: Unavailable when no HTTP answer came; InvalidArgument when the body exceeds
   // max_body_bytes_; Internal on an unexpected exception.
+  // `if_value_tag`, when not empty, goes in kIfValueHeader (a conditional request).
   Result<Reply> Send(Method method, const std::string& target, std::string_view body,
-                     milliseconds timeout, std::string_view what) const;
+                     milliseconds timeout, std::string_view what,
+                     std::string_view if_value_tag = {}) const;
   std::string KeyTarget(std::string_view key) const { return path_ + "?key=" + PercentEncode(key); }
   // The error for a non-success `reply` to `what`: 5xx Unavailable, else InvalidArgument.
   Status ReplyError(const Reply& reply, std::string_view what) const;
-  Status PutOnce(std::string_view key, std::string_view value, bool leased) const;
+  // `replaces` set: only while the key is absent or holds *replaces (kAlreadyExists otherwise):
+  // a conditional PUT on a server that announced kConditionalHeader, else GET, compare, PUT.
+  Status PutOnce(std::string_view key, std::string_view value, bool leased,
+                 const std::optional<std::string>& replaces = std::nullopt) const;
+  // DELETE only while the key holds `expected`, as for PutOnce; kNotFound when it is absent.
+  Status DeleteIfOnce(std::string_view key, std::string_view expected,
+                      milliseconds timeout) const;
   // LeaseKeeper's refresh: re-PUTs every owned key with its TTL, under write_mu_ key by key.
   Status RefreshLeases();
 
@@ -178,6 +215,8 @@ class HttpStore final : public MetadataStore {
   const int64_t ttl_seconds_;                  // the ttl= of leased PUTs
   // Learned by Start (before the keeper runs): the server honours ttl= (ferry-metadata-server).
   bool server_has_ttls_ = false;
+  // Learned by Start: the server honours kIfValueHeader (ferry-metadata-server).
+  bool server_is_conditional_ = false;
   Mutex write_mu_;                             // serializes Put, Delete and each lease refresh PUT
   uint64_t writes_ GUARDED_BY(write_mu_) = 0;  // Puts and Deletes so far
   std::atomic<bool> abandoned_{false};
@@ -196,9 +235,11 @@ HttpStore::~HttpStore() {
       ++left;
       continue;
     }
-    Result<Reply> reply =
-        Send(Method::kDelete, KeyTarget(kv.key), {}, remaining, "DELETE '" + kv.key + "'");
-    if (!reply.ok() || (!reply->success() && reply->status != 404)) ++left;
+    // Only keys still holding our values: a key another engine took over stays its.
+    const Status s = DeleteIfOnce(kv.key, kv.value, remaining);
+    if (!s.ok() && s.code() != StatusCode::kNotFound && s.code() != StatusCode::kAlreadyExists) {
+      ++left;
+    }
   }
   if (left > 0) {
     FERRY_LOG(kWarn) << where_ << ": " << left << " of " << owned.size()
@@ -212,6 +253,12 @@ Status HttpStore::Start() {
                                      "GET '" + std::string(kProbeKey) + "' (connection check)"));
   if (reply.status >= 500) return ReplyError(reply, "GET (connection check)");
   server_has_ttls_ = reply.server_has_ttls;
+  server_is_conditional_ = reply.server_is_conditional;
+  if (!server_is_conditional_) {
+    FERRY_LOG(kInfo) << where_ << " has no conditional requests (not ferry-metadata-server): "
+                     << "keys are compared with a GET before they are replaced or deleted, which "
+                     << "another writer may race";
+  }
   if (!server_has_ttls_) {
     FERRY_LOG(kInfo) << where_ << " has no TTLs (not ferry-metadata-server): leased keys are "
                      << "written once, never refreshed, and deleted at clean shutdown only";
@@ -221,11 +268,13 @@ Status HttpStore::Start() {
 }
 
 Result<Reply> HttpStore::Send(Method method, const std::string& target, std::string_view body,
-                              milliseconds timeout, std::string_view what) const {
+                              milliseconds timeout, std::string_view what,
+                              std::string_view if_value_tag) const {
   static constexpr const char* kNames[] = {"GET", "PUT", "DELETE"};
   const char* name = kNames[static_cast<int>(method)];
   try {
     ScopedSigpipeBlock no_sigpipe;
+    const auto started = SteadyClock::now();
     httplib::Client client(server_.host, server_.port);
     client.set_connection_timeout(timeout);
     client.set_read_timeout(timeout);
@@ -239,13 +288,16 @@ Result<Reply> HttpStore::Send(Method method, const std::string& target, std::str
       request.body.assign(body.data(), body.size());
       request.set_header("Content-Type", "application/json");
     }
+    if (!if_value_tag.empty()) request.set_header(kIfValueHeader, std::string(if_value_tag));
     // The body streams into `received`, never past the cap: an announced length over it stops
     // the request at the headers, a chunked body at the first chunk that crosses it.
     std::string received;
     bool over_cap = false;
     bool has_ttls = false;
+    bool conditional = false;
     request.response_handler = [&](const httplib::Response& response) {
       has_ttls = response.has_header("X-Ferry-Metadata-Ttl");
+      conditional = response.has_header(kConditionalHeader);
       if (!response.has_header("Content-Length")) return true;
       const std::string announced = response.get_header_value("Content-Length");
       char* end = nullptr;
@@ -272,11 +324,11 @@ Result<Reply> HttpStore::Send(Method method, const std::string& target, std::str
                                   std::to_string(max_body_bytes_) + " bytes); not read");
     }
     if (!result) {
-      return UnavailableError(where_ + ": " + name +
-                              " failed: " + httplib::to_string(result.error()) + " (timeout " +
-                              std::to_string(timeout.count()) + " ms)");
+      return UnavailableError(where_ + ": " + name + " failed: " +
+                              TransportErrorText(result.error(), SteadyClock::now() - started,
+                                                 timeout, server_));
     }
-    return Reply{result->status, std::move(received), has_ttls};
+    return Reply{result->status, std::move(received), has_ttls, conditional};
   } catch (const std::exception& e) {
     return InternalError(where_ + ": " + name + ": " + e.what());
   }
@@ -298,19 +350,64 @@ Result<std::string> HttpStore::Get(std::string_view key) {
   return ReplyError(reply, "GET '" + std::string(key) + "'");
 }
 
-Status HttpStore::PutOnce(std::string_view key, std::string_view value, bool leased) const {
+Status HttpStore::PutOnce(std::string_view key, std::string_view value, bool leased,
+                         const std::optional<std::string>& replaces) const {
+  const std::string what = "PUT '" + std::string(key) + "'";
+  auto held = [&] {
+    return AlreadyExistsError(where_ + ": key '" + std::string(key) +
+                              "' holds another writer's value; not replaced");
+  };
+  std::string tag;
+  if (replaces.has_value() && server_is_conditional_) {
+    tag = HttpValueTag(*replaces);
+  } else if (replaces.has_value()) {
+    // No conditional requests here (Mooncake's server): compare with a GET first. Another
+    // writer's PUT between the GET and ours is not detected.
+    ASSIGN_OR_RETURN(Reply current, Send(Method::kGet, KeyTarget(key), {}, timeout_,
+                                         "GET '" + std::string(key) + "'"));
+    if (current.status == 200 && current.body != *replaces) return held();
+    if (current.status != 200 && current.status != 404) {
+      return ReplyError(current, "GET '" + std::string(key) + "'");
+    }
+  }
   std::string target = KeyTarget(key);
   if (leased && server_has_ttls_) target += "&ttl=" + std::to_string(ttl_seconds_);
-  ASSIGN_OR_RETURN(Reply reply,
-                   Send(Method::kPut, target, value, timeout_, "PUT '" + std::string(key) + "'"));
+  ASSIGN_OR_RETURN(Reply reply, Send(Method::kPut, target, value, timeout_, what, tag));
   if (reply.success()) return Status::Ok();
-  return ReplyError(reply, "PUT '" + std::string(key) + "'");
+  if (reply.status == 412 && !tag.empty()) return held();
+  return ReplyError(reply, what);
+}
+
+Status HttpStore::DeleteIfOnce(std::string_view key, std::string_view expected,
+                               milliseconds timeout) const {
+  const std::string what = "DELETE '" + std::string(key) + "'";
+  auto absent = [&] { return NotFoundError("key '" + std::string(key) + "' not at " + where_); };
+  auto held = [&] {
+    return AlreadyExistsError(where_ + ": key '" + std::string(key) +
+                              "' holds another writer's value; not deleted");
+  };
+  std::string tag;
+  if (server_is_conditional_) {
+    tag = HttpValueTag(expected);
+  } else {
+    // As in PutOnce: GET, compare, DELETE; a PUT in between is not detected.
+    ASSIGN_OR_RETURN(Reply current, Send(Method::kGet, KeyTarget(key), {}, timeout,
+                                         "GET '" + std::string(key) + "'"));
+    if (current.status == 404) return absent();
+    if (current.status != 200) return ReplyError(current, "GET '" + std::string(key) + "'");
+    if (current.body != expected) return held();
+  }
+  ASSIGN_OR_RETURN(Reply reply, Send(Method::kDelete, KeyTarget(key), {}, timeout, what, tag));
+  if (reply.success()) return Status::Ok();
+  if (reply.status == 404) return absent();
+  if (reply.status == 412 && !tag.empty()) return held();
+  return ReplyError(reply, what);
 }
 
 Status HttpStore::Put(std::string_view key, std::string_view value, const PutOptions& options) {
   MutexLock lock(write_mu_);
   ++writes_;
-  RETURN_IF_ERROR(PutOnce(key, value, options.leased));
+  RETURN_IF_ERROR(PutOnce(key, value, options.leased, options.replaces));
   if (options.leased && !abandoned_) {
     keeper_.Track(key, value);
   } else {
@@ -327,6 +424,13 @@ Status HttpStore::Delete(std::string_view key) {
                                      "DELETE '" + std::string(key) + "'"));
   if (reply.success() || reply.status == 404) return Status::Ok();
   return ReplyError(reply, "DELETE '" + std::string(key) + "'");
+}
+
+Status HttpStore::DeleteIf(std::string_view key, std::string_view expected) {
+  MutexLock lock(write_mu_);
+  ++writes_;
+  keeper_.Forget(key);
+  return DeleteIfOnce(key, expected, timeout_);
 }
 
 Result<std::vector<KeyValue>> HttpStore::List(std::string_view prefix) {
@@ -368,8 +472,16 @@ Status HttpStore::RefreshLeases() {
     }
     const auto it = latest.find(kv.key);
     if (it == latest.end()) continue;  // deleted or no longer leased since the round began
+    // Only while the key still holds our value (or is gone: a restart lost it); a key another
+    // engine took over is given up.
+    Status s = PutOnce(it->first, it->second, /*leased=*/true, it->second);
+    if (s.code() == StatusCode::kAlreadyExists) {
+      keeper_.TakenOver(it->first, it->second, where_);
+      latest.erase(it);
+      continue;
+    }
     // Stop at the first failure: the server is likely down, and the next round retries.
-    RETURN_IF_ERROR(PutOnce(it->first, it->second, /*leased=*/true));
+    RETURN_IF_ERROR(s);
   }
   return Status::Ok();
 }

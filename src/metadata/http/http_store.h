@@ -4,6 +4,10 @@
 //   Get     GET    <path>?key=K   200 -> value, 404 -> NotFound
 //   Put     PUT    <path>?key=K   (leased: &ttl=<ceil(lease_ttl) seconds>, ferry-metadata-server)
 //   Delete  DELETE <path>?key=K   200, or 404 from servers that answer it for absent keys -> OK
+//   Put with replaces / DeleteIf  the same request with X-Ferry-If-Value (http_conditional.h;
+//                                 412 -> AlreadyExists) on a server that announced
+//                                 X-Ferry-Metadata-Conditional; elsewhere (Mooncake's) a GET
+//                                 and a compare first, which a write in between can race
 //   List    GET    <path>?prefix=P  ferry-metadata-server only; a server without prefix listing
 //                                   (Mooncake's) gives InvalidArgument saying so
 //
@@ -14,7 +18,9 @@
 // counted as a chunked body streams in) -> InvalidArgument naming the key and the cap, and the
 // connection is dropped without reading the rest.
 // Leased keys are re-PUT with their TTL every lease_ttl/3 by a LeaseKeeper, which also
-// restores them after a server restart that lost them. HTTP cannot push, so watcher() is null.
+// restores them after a server restart that lost them; each re-PUT is conditional on the key
+// still holding this client's value (a key another engine took over is given up), and the
+// destructor deletes only keys that still hold it. HTTP cannot push, so watcher() is null.
 // Mooncake's server ignores ttl=, so there a leased key outlives a crashed owner (only a clean
 // shutdown deletes it).
 // Writes of this client (Put, Delete, lease refresh) are serialized, so a refresh never revives

@@ -252,6 +252,29 @@ TEST(HttpStoreTest, DeleteAndPlainPutEndTheLease) {
   EXPECT_EQ(CodeOfGet(*observer, "e/rewritten"), StatusCode::kNotFound);
 }
 
+// A server without conditional requests (it would ignore X-Ferry-If-Value and write anyway):
+// the store compares with a GET first, so another writer's key is neither replaced nor deleted,
+// and a leased key another writer holds is not deleted at the owner's clean shutdown.
+TEST(HttpStoreTest, ConditionalWritesFallBackToGetCompareOnAMooncakeStyleServer) {
+  testing::MooncakeStyleServer mooncake;
+  ASSERT_GT(mooncake.port(), 0);
+  auto a = MustCreate(mooncake.port());
+  auto b = MustCreate(mooncake.port());
+  ASSERT_TRUE(a && b);
+  const std::string key = "mooncake/ram/owned";
+  ASSERT_TRUE(a->Put(key, "A1", {.leased = true, .replaces = ""}).ok());
+  EXPECT_EQ(b->Put(key, "B1", {.leased = true, .replaces = ""}).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(b->DeleteIf(key, "A0").code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(b->DeleteIf("mooncake/ram/absent", "A1").code(), StatusCode::kNotFound);
+  EXPECT_EQ(*b->Get(key), "A1");
+  ASSERT_TRUE(b->Put(key, "B1", {.leased = true, .replaces = "A1"}).ok());  // taken over
+  a.reset();  // a's clean shutdown: the key is b's now, so it stays
+  EXPECT_EQ(*b->Get(key), "B1");
+  EXPECT_TRUE(b->DeleteIf(key, "B1").ok());
+  EXPECT_EQ(CodeOfGet(*b, key), StatusCode::kNotFound);
+}
+
 TEST(HttpStoreTest, WorksWithAMooncakeStyleServer) {
   testing::MooncakeStyleServer mooncake;
   ASSERT_GT(mooncake.port(), 0);

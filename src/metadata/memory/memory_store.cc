@@ -103,6 +103,30 @@ class MemoryBackend {
     NotifyLocked({WatchEvent::Type::kPut, std::string(key), std::string(value)});
   }
 
+  // Put only while `key` is absent or holds `replaces`; false (nothing written) otherwise.
+  bool PutIf(std::string_view key, std::string_view value, std::string_view replaces,
+             uint64_t owner, TimePoint expires, TimePoint now) {
+    MutexLock lock(mu_);
+    SweepLocked(now);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second.value != replaces) return false;
+    entries_.insert_or_assign(std::string(key), Entry{std::string(value), owner, expires});
+    NotifyLocked({WatchEvent::Type::kPut, std::string(key), std::string(value)});
+    return true;
+  }
+
+  enum class DeleteOutcome { kDeleted, kAbsent, kOther };
+  DeleteOutcome DeleteIf(std::string_view key, std::string_view expected, TimePoint now) {
+    MutexLock lock(mu_);
+    SweepLocked(now);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return DeleteOutcome::kAbsent;
+    if (it->second.value != expected) return DeleteOutcome::kOther;
+    entries_.erase(it);
+    NotifyLocked({WatchEvent::Type::kDelete, std::string(key), {}});
+    return DeleteOutcome::kDeleted;
+  }
+
   void Delete(std::string_view key, TimePoint now) {
     MutexLock lock(mu_);
     SweepLocked(now);
@@ -123,21 +147,26 @@ class MemoryBackend {
     return out;
   }
 
-  // Extends the owner's leases; rewrites keys the owner holds that are gone (not reachable in
-  // memory, but kept for the same contract as the network stores).
-  void Refresh(uint64_t owner, const std::vector<KeyValue>& owned, TimePoint expires,
-               TimePoint now) {
+  // Extends the owner's leases; rewrites keys the owner holds that are gone (deleted by someone
+  // else; kept for the same contract as the network stores). Returns the owned keys another
+  // client now holds with another value (taken over): neither extended nor rewritten.
+  std::vector<KeyValue> Refresh(uint64_t owner, const std::vector<KeyValue>& owned,
+                                TimePoint expires, TimePoint now) {
     MutexLock lock(mu_);
     SweepLocked(now);
+    std::vector<KeyValue> taken;
     for (const KeyValue& kv : owned) {
       auto it = entries_.find(kv.key);
-      if (it != entries_.end() && it->second.lease_owner == owner) {
-        it->second.expires = expires;
-      } else if (it == entries_.end()) {
+      if (it == entries_.end()) {
         entries_.emplace(kv.key, Entry{kv.value, owner, expires});
         NotifyLocked({WatchEvent::Type::kPut, kv.key, kv.value});
+      } else if (it->second.lease_owner == owner) {
+        it->second.expires = expires;
+      } else if (it->second.value != kv.value) {
+        taken.push_back(kv);
       }
     }
+    return taken;
   }
 
   void Sweep(TimePoint now) {
@@ -202,7 +231,10 @@ class MemoryStore final : public MetadataStore, public Watcher {
         id_(backend_->NewClientId()),
         keeper_(std::max(options.lease_ttl / 3, std::chrono::milliseconds(1)),
                 [this](const std::vector<KeyValue>& owned) {
-                  backend_->Refresh(id_, owned, clock_->Now() + options_.lease_ttl, clock_->Now());
+                  for (const KeyValue& kv : backend_->Refresh(
+                           id_, owned, clock_->Now() + options_.lease_ttl, clock_->Now())) {
+                    keeper_.TakenOver(kv.key, kv.value, "memory store");
+                  }
                   return Status::Ok();
                 }) {
     keeper_.Start();
@@ -210,7 +242,9 @@ class MemoryStore final : public MetadataStore, public Watcher {
 
   ~MemoryStore() override {
     keeper_.Stop();
-    for (const KeyValue& kv : keeper_.TakeAll()) backend_->Delete(kv.key, clock_->Now());
+    for (const KeyValue& kv : keeper_.TakeAll()) {
+      (void)backend_->DeleteIf(kv.key, kv.value, clock_->Now());  // only what is still ours
+    }
   }
 
   std::string_view scheme() const override { return "memory"; }
@@ -224,7 +258,15 @@ class MemoryStore final : public MetadataStore, public Watcher {
   Status Put(std::string_view key, std::string_view value, const PutOptions& options) override {
     if (key.empty()) return InvalidArgumentError("empty key");
     const TimePoint now = clock_->Now();
-    backend_->Put(key, value, options.leased ? id_ : 0, now + options_.lease_ttl, now);
+    const uint64_t owner = options.leased ? id_ : 0;
+    if (options.replaces.has_value()) {
+      if (!backend_->PutIf(key, value, *options.replaces, owner, now + options_.lease_ttl, now)) {
+        return AlreadyExistsError("memory store: key '" + std::string(key) +
+                                  "' holds another writer's value; not replaced");
+      }
+    } else {
+      backend_->Put(key, value, owner, now + options_.lease_ttl, now);
+    }
     if (options.leased) {
       keeper_.Track(key, value);
     } else {
@@ -237,6 +279,20 @@ class MemoryStore final : public MetadataStore, public Watcher {
     keeper_.Forget(key);
     backend_->Delete(key, clock_->Now());
     return Status::Ok();
+  }
+
+  Status DeleteIf(std::string_view key, std::string_view expected) override {
+    keeper_.Forget(key);
+    switch (backend_->DeleteIf(key, expected, clock_->Now())) {
+      case MemoryBackend::DeleteOutcome::kDeleted:
+        return Status::Ok();
+      case MemoryBackend::DeleteOutcome::kAbsent:
+        return NotFoundError("memory store: no key '" + std::string(key) + "'");
+      case MemoryBackend::DeleteOutcome::kOther:
+        break;
+    }
+    return AlreadyExistsError("memory store: key '" + std::string(key) +
+                              "' holds another writer's value; not deleted");
   }
 
   Result<std::vector<KeyValue>> List(std::string_view prefix) override {

@@ -27,10 +27,28 @@ class P2PStoreImpl final : public P2PStore {
     return source_->FetchFromPeer(peer, key);
   }
 
-  Status Put(std::string_view key, std::string_view value, const PutOptions&) override {
+  // The local table has one writer, this engine; replaces is still honoured, for the contract.
+  Status Put(std::string_view key, std::string_view value, const PutOptions& options) override {
     if (key.empty()) return InvalidArgumentError("empty key");
     MutexLock lock(mu_);
+    if (options.replaces.has_value()) {
+      auto it = local_.find(key);
+      if (it != local_.end() && it->second != *options.replaces) {
+        return AlreadyExistsError("local key '" + std::string(key) + "' holds another value");
+      }
+    }
     local_.insert_or_assign(std::string(key), std::string(value));
+    return Status::Ok();
+  }
+
+  Status DeleteIf(std::string_view key, std::string_view expected) override {
+    MutexLock lock(mu_);
+    auto it = local_.find(key);
+    if (it == local_.end()) return NotFoundError("no local key '" + std::string(key) + "'");
+    if (it->second != expected) {
+      return AlreadyExistsError("local key '" + std::string(key) + "' holds another value");
+    }
+    local_.erase(it);
     return Status::Ok();
   }
 

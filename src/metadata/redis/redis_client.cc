@@ -6,9 +6,12 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <utility>
+
+#include "common/connect_error.h"
 
 namespace ferry::redis {
 namespace {
@@ -185,11 +188,38 @@ Status ErrorReplyStatus(const redisReply& reply, std::string_view what, const Ho
   return InternalError(std::move(message));
 }
 
+namespace {
+
+// What became of a failed connect, from hiredis' error and the time it really took: "connection
+// refused (after 1 ms)", "no route to host (after 3071 ms)", "timed out after 1000 ms", "cannot
+// resolve 'h': Name or service not known".
+std::string ConnectErrorText(const redisContext& context, const HostPort& server,
+                             std::chrono::steady_clock::duration elapsed,
+                             std::chrono::milliseconds timeout) {
+  std::string text = context.errstr;
+  // hiredis reports a failed connect() on some paths as REDIS_ERR_OTHER "Can't create socket:
+  // <strerror>", and a failed getaddrinfo as REDIS_ERR_OTHER with gai_strerror's text.
+  constexpr std::string_view kSocketPrefix = "Can't create socket: ";
+  if (text.rfind(kSocketPrefix, 0) == 0) {
+    text.erase(0, kSocketPrefix.size());
+  } else if (context.err == REDIS_ERR_OTHER) {
+    return "cannot resolve '" + server.host + "': " + text;
+  }
+  if (elapsed >= timeout || text.find("timed out") != std::string::npos) {
+    return "timed out after " + MillisText(elapsed);
+  }
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  return text + " (after " + MillisText(elapsed) + ")";
+}
+
+}  // namespace
+
 // ---- RedisConnection ------------------------------------------------------------------------
 
 Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisConfig& config,
                                                                std::chrono::milliseconds timeout) {
   const timeval tv = ToTimeval(timeout);
+  const auto started = std::chrono::steady_clock::now();
   redisContext* context =
       redisConnectWithTimeout(config.server.host.c_str(), config.server.port, tv);
   if (context == nullptr) {
@@ -197,8 +227,9 @@ Result<std::unique_ptr<RedisConnection>> RedisConnection::Open(const RedisConfig
   }
   std::unique_ptr<RedisConnection> connection(new RedisConnection(context, config.server));
   if (context->err != 0) {
-    return UnavailableError("cannot connect to redis " + config.server.ToString() + " within " +
-                            std::to_string(timeout.count()) + " ms: " + context->errstr);
+    return UnavailableError("cannot connect to redis " + config.server.ToString() + ": " +
+                            ConnectErrorText(*context, config.server,
+                                             std::chrono::steady_clock::now() - started, timeout));
   }
   if (redisSetTimeout(context, tv) != REDIS_OK) {
     return connection->IoError("setting the socket timeout", errno);

@@ -148,6 +148,8 @@ class RedisClient {
   // PEXPIRE each key; the result says, per key, whether it still existed.
   Result<std::vector<bool>> Expire(const std::vector<std::string>& keys,
                                    std::chrono::milliseconds ttl);
+  // The kEventsChannel message announcing `op` ("set" / "del") of `key` in this client's db.
+  std::string EventMessage(std::string_view op, std::string_view key) const;
 
  private:
   template <typename T, typename Fn>
@@ -155,7 +157,6 @@ class RedisClient {
   Result<std::unique_ptr<RedisConnection>> Acquire(bool allow_idle, bool* reused);
   void Release(std::unique_ptr<RedisConnection> connection);
   void DropIdle();
-  std::string EventMessage(std::string_view op, std::string_view key) const;
 
   const RedisConfig config_;
   const std::chrono::milliseconds timeout_;

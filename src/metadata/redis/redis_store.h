@@ -1,9 +1,12 @@
 // redis://[user:pass@]h:p[/db]: a MetadataStore on one redis server (hiredis, synchronous).
 //
 // Values are plain strings; leased keys are written with SET ... PX lease_ttl and kept alive by
-// a LeaseKeeper (PEXPIRE every lease_ttl/3, SET again when the key is gone). Every Put and
-// Delete also PUBLISHes "<op> <db> <key>" on channel "ferry:events" (op: "set" or "del"), for
-// watchers on servers that refuse CONFIG.
+// a LeaseKeeper (PEXPIRE every lease_ttl/3, SET again when the key is gone, give the key up when
+// another writer's value is there: one Lua script per key, EVAL). Conditional writes
+// (PutOptions::replaces, DeleteIf, and the destructor's deletes of leased keys) are Lua
+// check-and-set / check-and-delete scripts, atomic on the server. Every Put and Delete also
+// PUBLISHes "<op> <db> <key>" on channel "ferry:events" (op: "set" or "del"), for watchers on
+// servers that refuse CONFIG.
 //
 // Watch: each watch has its own subscriber connection. It first tries to turn on keyspace
 // notifications (CONFIG SET notify-keyspace-events, keeping what the server already had plus

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "common/failure_log.h"
 #include "common/log.h"
 #include "common/mutex.h"
 
@@ -73,7 +74,7 @@ class RedisWatch final : public WatchHandle {
   // Reads and dispatches until the subscription fails (the error) or stop (OK).
   Status Pump();
   // Reconnects with backoff until subscribed and resynced (true) or stopped (false).
-  bool Recover();
+  bool Recover(FailureLog& trouble);
   Status Resync();
   Status EnableKeyspaceEvents(RedisConnection& connection);
   void LogMode(Mode mode, const Status& why);
@@ -164,19 +165,20 @@ bool RedisWatch::SleepUnlessStopped(milliseconds delay) {
 }
 
 void RedisWatch::Run() {
+  // Trouble is logged in bounded lines (when it starts, every 10 s, when the watch is back),
+  // however often the text of the error changes (it carries times).
+  FailureLog trouble("redis watch on '" + prefix_ + "'");
   for (;;) {
     const Status lost = Pump();
     if (Stopping()) return;
-    FERRY_LOG(kWarn) << "redis watch on '" << prefix_ << "' lost its subscription (" << lost
-                     << "); reconnecting";
+    trouble.Failed("lost its subscription (" + lost.ToString() + "); reconnecting");
     subscriber_.reset();
-    if (!Recover()) return;
+    if (!Recover(trouble)) return;
   }
 }
 
-bool RedisWatch::Recover() {
+bool RedisWatch::Recover(FailureLog& trouble) {
   milliseconds backoff = kFirstBackoff;
-  std::string last_error;
   for (;;) {
     if (!SleepUnlessStopped(backoff)) return false;
     backoff = std::min(backoff * 2, kMaxBackoff);
@@ -184,15 +186,12 @@ bool RedisWatch::Recover() {
     // Events may have been missed while unsubscribed: report every key as it is now.
     if (s.ok()) s = Resync();
     if (s.ok()) {
-      FERRY_LOG(kInfo) << "redis watch on '" << prefix_ << "' resubscribed and resynced";
+      trouble.Succeeded();
+      FERRY_LOG(kDebug) << "redis watch on '" << prefix_ << "' resubscribed and resynced";
       return true;
     }
     subscriber_.reset();
-    if (s.ToString() != last_error) {
-      FERRY_LOG(kWarn) << "redis watch on '" << prefix_ << "' cannot resubscribe yet (" << s
-                       << "); retrying";
-      last_error = s.ToString();
-    }
+    trouble.Failed("cannot resubscribe yet (" + s.ToString() + "); retrying");
   }
 }
 

@@ -308,8 +308,7 @@ void Domain::MaybeRebuildInitiator(Clock::time_point now) {
   if (opener_.joinable()) opener_.join();  // finished: opening_ was cleared by its result
   opening_ = true;
   opener_ = std::thread([this] {
-    Result<std::unique_ptr<Endpoint>> opened =
-        Endpoint::Open(domain_, info_.get(), av_, 2 * cap_ + 64);
+    Result<std::unique_ptr<Endpoint>> opened = OpenEndpoint(2 * cap_ + 64, "initiator endpoint");
     if (!opened.ok()) {
       FERRY_LOG(kWarn) << "rdma: re-opening the initiator endpoint of " << name_
                        << " failed: " << opened.status() << " (retrying)";

@@ -1,5 +1,7 @@
 #include "transport/rdma/fabric_domain.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <rdma/fi_errno.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -49,8 +51,40 @@ Status Domain::OpenObjects() {
   return Status::Ok();
 }
 
+Result<std::unique_ptr<Endpoint>> Domain::OpenEndpoint(size_t cq_size, std::string_view what) {
+  fi_info* base = info_.get();
+  if (rt_->ports.unbounded() || !UsesSocketAddresses(rt_->provider)) {
+    return Endpoint::Open(domain_, base, av_, cq_size);
+  }
+  const bool v4 = base->src_addr != nullptr && base->src_addrlen >= sizeof(sockaddr_in) &&
+                  static_cast<const sockaddr*>(base->src_addr)->sa_family == AF_INET;
+  const bool v6 = base->src_addr != nullptr && base->src_addrlen >= sizeof(sockaddr_in6) &&
+                  static_cast<const sockaddr*>(base->src_addr)->sa_family == AF_INET6;
+  if (!v4 && !v6) {
+    return UnavailableError("rdma: cannot place the " + std::string(what) + " of " + name_ +
+                            " in port range " + rt_->ports.ToString() +
+                            ": the provider gave no IP source address");
+  }
+  for (uint32_t port = rt_->ports.first; port <= rt_->ports.last; ++port) {
+    FiInfoPtr info(fi_dupinfo(base));
+    if (!info) return UnavailableError("rdma: fi_dupinfo failed");
+    if (v4) {
+      static_cast<sockaddr_in*>(info->src_addr)->sin_port = htons(static_cast<uint16_t>(port));
+    } else {
+      static_cast<sockaddr_in6*>(info->src_addr)->sin6_port = htons(static_cast<uint16_t>(port));
+    }
+    int provider_error = 0;
+    Result<std::unique_ptr<Endpoint>> ep =
+        Endpoint::Open(domain_, info.get(), av_, cq_size, &provider_error);
+    if (ep.ok() || provider_error != -FI_EADDRINUSE) return ep;
+  }
+  return UnavailableError("rdma: no free port for the " + std::string(what) + " of " + name_ +
+                          " in port range " + rt_->ports.ToString() +
+                          " (every port of the range is taken; widen port_range)");
+}
+
 Result<std::unique_ptr<Endpoint>> Domain::OpenTarget() {
-  if (address_.empty()) return Endpoint::Open(domain_, info_.get(), av_, kTargetCqSize);
+  if (address_.empty()) return OpenEndpoint(kTargetCqSize, "target endpoint");
   // Re-open at the published address: a copy of the info whose src_addr is that address.
   FiInfoPtr info(fi_dupinfo(info_.get()));
   if (!info) return UnavailableError("rdma: fi_dupinfo failed");
@@ -179,8 +213,7 @@ size_t Domain::address_count() {
 Status Domain::EnsureInitiator() {
   MutexLock opener(opener_mu_);
   if (initiator_opened_) return Status::Ok();
-  Result<std::unique_ptr<Endpoint>> opened =
-      Endpoint::Open(domain_, info_.get(), av_, 2 * cap_ + 64);
+  Result<std::unique_ptr<Endpoint>> opened = OpenEndpoint(2 * cap_ + 64, "initiator endpoint");
   if (!opened.ok()) return opened.status().WithContext("rdma initiator endpoint on " + name_);
   {
     MutexLock lock(mu_);

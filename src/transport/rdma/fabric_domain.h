@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -120,6 +121,10 @@ class Domain {
   Domain(Runtime* rt, size_t index, FiInfoPtr info);
   Status OpenObjects();
   Result<std::unique_ptr<Endpoint>> OpenTarget();
+  // A new endpoint at info_'s address. An IP-addressed provider's endpoint listens on a TCP
+  // port: with a bounded rt_->ports it takes the first free port of the range (Unavailable,
+  // naming the range and `what`, when every one is taken).
+  Result<std::unique_ptr<Endpoint>> OpenEndpoint(size_t cq_size, std::string_view what);
   // Opens the target endpoint again at its address and hands it to the progress thread.
   void ReopenTarget();
   void Wake();

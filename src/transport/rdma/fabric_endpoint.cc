@@ -21,7 +21,10 @@ int OpenCq(fid_domain* domain, size_t size, fi_wait_obj wait, fid_cq** cq) {
 }  // namespace
 
 Result<std::unique_ptr<Endpoint>> Endpoint::Open(fid_domain* domain, fi_info* info, fid_av* av,
-                                                 size_t cq_size) {
+                                                 size_t cq_size, int* provider_error) {
+  int ignored = 0;
+  int& failed = provider_error != nullptr ? *provider_error : ignored;
+  failed = 0;
   std::unique_ptr<Endpoint> out(new Endpoint());
   // A wait fd lets the progress thread sleep in poll() instead of spinning; not every provider
   // has one, and then the thread polls.
@@ -32,19 +35,27 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Open(fid_domain* domain, fi_info* in
     const int rc = OpenCq(domain, cq_size, FI_WAIT_NONE, &out->cq_);
     if (rc != 0) {
       out->cq_ = nullptr;
+      failed = rc;
       return UnavailableError(FiErrorText("rdma: fi_cq_open", rc));
     }
   }
   int rc = fi_endpoint(domain, info, &out->ep_, nullptr);
   if (rc != 0) {
     out->ep_ = nullptr;
+    failed = rc;
     return UnavailableError(FiErrorText("rdma: fi_endpoint", rc));
   }
   rc = fi_ep_bind(out->ep_, &av->fid, 0);
   if (rc == 0) rc = fi_ep_bind(out->ep_, &out->cq_->fid, FI_TRANSMIT | FI_RECV);
-  if (rc != 0) return UnavailableError(FiErrorText("rdma: fi_ep_bind", rc));
+  if (rc != 0) {
+    failed = rc;
+    return UnavailableError(FiErrorText("rdma: fi_ep_bind", rc));
+  }
   rc = fi_enable(out->ep_);
-  if (rc != 0) return UnavailableError(FiErrorText("rdma: fi_enable", rc));
+  if (rc != 0) {
+    failed = rc;
+    return UnavailableError(FiErrorText("rdma: fi_enable", rc));
+  }
   return out;
 }
 

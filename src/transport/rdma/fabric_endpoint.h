@@ -20,9 +20,10 @@ class Endpoint {
  public:
   // Opens, binds and enables an endpoint on `domain` for `info` (its src_addr, when set, is
   // where the endpoint listens), with a completion queue of `cq_size` entries that has a wait
-  // fd when the provider offers one.
+  // fd when the provider offers one. On failure `*provider_error` (when given) gets libfabric's
+  // negative error number (-FI_EADDRINUSE: src_addr's port is taken).
   static Result<std::unique_ptr<Endpoint>> Open(fid_domain* domain, fi_info* info, fid_av* av,
-                                                size_t cq_size);
+                                                size_t cq_size, int* provider_error = nullptr);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;

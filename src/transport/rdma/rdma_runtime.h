@@ -107,6 +107,9 @@ struct Runtime {
   // Software RMA over sockets: an access accepted before an MR closed may still be streaming
   // in, so unregister also re-opens the target endpoint (at the same address).
   bool rebuild_target_on_unregister = false;
+  // Where IP-addressed endpoints (which listen on a TCP port) bind: the engine's port_range
+  // (TransportStartInfo::ports); unbounded: the kernel picks.
+  PortRange ports;
   std::vector<std::unique_ptr<Domain>> domains;
   uint64_t max_chunk = 0;  // the smallest max_msg_size of the domains
   size_t queue_bound = 0;  // slices accepted and not yet complete, at most

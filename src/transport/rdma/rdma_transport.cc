@@ -90,12 +90,25 @@ Result<std::string> RdmaTransport::Start(TransportContext* ctx, const TransportS
   if (started_.load() || stopped_) return BusyError("rdma transport already started or stopped");
   if (ctx == nullptr) return InvalidArgumentError("rdma Start: null context");
   RETURN_IF_ERROR(CheckOptions(options_));
-  ASSIGN_OR_RETURN(rdma::DomainChoice choice, rdma::ChooseDomains(options_, info.bind_host));
+  // libfabric publishes the address an IP-addressed endpoint listens on, so with a wildcard bind
+  // such endpoints listen on the advertised address (which must be one of this host's).
+  const std::string& host = IsWildcardHost(info.bind_host) && !info.advertise_host.empty()
+                                ? info.advertise_host
+                                : info.bind_host;
+  Result<rdma::DomainChoice> chosen = rdma::ChooseDomains(options_, host);
+  if (!chosen.ok() && host != info.bind_host) {
+    return chosen.status().WithContext("rdma binds the advertised host '" + host +
+                                       "' (host is a wildcard); it must be an address of this "
+                                       "host");
+  }
+  if (!chosen.ok()) return chosen.status();
+  rdma::DomainChoice choice = std::move(chosen).value();
   auto rt = std::make_shared<Runtime>();
   rt->options = options_;
   rt->ctx = ctx;
   rt->provider = choice.provider;
   rt->rebuild_target_on_unregister = rdma::UsesSocketAddresses(choice.provider);
+  rt->ports = info.ports;
   rt->next_registration.store(RandomStart() + 1);
   rt->next_mr_key.store(RandomStart() + 1);
   rt->max_chunk = std::numeric_limits<uint64_t>::max();

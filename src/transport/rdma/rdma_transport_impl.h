@@ -74,9 +74,12 @@ class RdmaTransport final : public Transport {
   std::string_view name() const override { return "rdma"; }
   TransportCapabilities capabilities() const override;
 
-  // Opens the provider's domains (bound to info.bind_host for IP-addressed providers) and
-  // starts their threads. InvalidArgument for bad options or bind host; Unavailable when no
-  // provider or domain fits (the reason says which); Busy when started or stopped before.
+  // Opens the provider's domains and starts their threads. IP-addressed providers (tcp;ofi_rxm)
+  // bind their endpoints to info.bind_host, or for a wildcard to info.advertise_host (libfabric
+  // publishes where an endpoint listens), each endpoint (target and initiator: both listen) at
+  // the first free port of info.ports when it is bounded. InvalidArgument for bad options or
+  // bind host; Unavailable when no provider or domain fits (the reason says which) or the port
+  // range is exhausted (naming it); Busy when started or stopped before.
   Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) override;
   // Completes every queued and in-flight slice with Canceled, closes the endpoints and joins
   // every thread. Registrations stay valid for UnregisterMemory. Idempotent.

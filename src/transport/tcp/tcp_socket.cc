@@ -106,40 +106,6 @@ void ResetOnClose(int fd) {
   (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
 }
 
-Result<Listener> Listen(const std::string& host, uint16_t port) {
-  Result<AddrInfoPtr> list = Resolve(host, port, true);
-  if (!list.ok()) return InvalidArgumentError("tcp bind host: " + list.status().message());
-  const addrinfo& ai = **list;
-  UniqueFd fd(socket(ai.ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
-  if (!fd.valid()) return UnavailableError("socket: " + ErrnoText(errno));
-  const int one = 1;
-  (void)setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
-    const int err = errno;
-    const std::string what = "tcp bind " + host + ":" + std::to_string(port) + ": ";
-    if (err == EACCES) return PermissionDeniedError(what + ErrnoText(err));
-    return UnavailableError(what + ErrnoText(err));
-  }
-  if (listen(fd.get(), SOMAXCONN) != 0) return UnavailableError("listen: " + ErrnoText(errno));
-  SocketAddress bound;
-  bound.length = sizeof(bound.storage);
-  auto* sa = reinterpret_cast<sockaddr*>(&bound.storage);  // NOLINT
-  if (getsockname(fd.get(), sa, &bound.length) != 0) {
-    return UnavailableError("getsockname: " + ErrnoText(errno));
-  }
-  uint16_t bound_port = 0;
-  if (bound.storage.ss_family == AF_INET) {
-    bound_port = ntohs(reinterpret_cast<const sockaddr_in*>(&bound.storage)->sin_port);  // NOLINT
-  } else if (bound.storage.ss_family == AF_INET6) {
-    bound_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&bound.storage)->sin6_port);  // NOLINT
-  }
-  return Listener{std::move(fd), bound_port};
-}
-
-bool IsWildcardHost(std::string_view host) {
-  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
-}
-
 RecvOutcome RecvSome(int fd, void* buf, size_t len, size_t* got) {
   for (;;) {
     const ssize_t n = recv(fd, buf, len, MSG_DONTWAIT);

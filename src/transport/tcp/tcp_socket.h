@@ -50,16 +50,7 @@ void ConfigureDataSocket(int fd);
 // dropped and the peer sees the reset at once, not after the data queued ahead of a FIN.
 void ResetOnClose(int fd);
 
-struct Listener {
-  UniqueFd fd;
-  uint16_t port = 0;
-};
-// A non-blocking listening socket on `host`:`port` (port 0: the kernel picks), SO_REUSEADDR.
-// InvalidArgument for a host that does not resolve; Unavailable / PermissionDenied when the
-// port cannot be bound.
-Result<Listener> Listen(const std::string& host, uint16_t port);
-
-// True for the hosts that mean "every interface": "", "0.0.0.0", "::".
-bool IsWildcardHost(std::string_view host);
+// Listening sockets come from common/net_address.h (ListenTcpInRange), shared with the RPC
+// server so that one port range bounds both.
 
 }  // namespace ferry::tcp

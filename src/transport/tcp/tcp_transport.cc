@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/host_port.h"
+#include "common/net_address.h"
 #include "common/peer_auth.h"
 #include "transport/tcp/io_loop.h"
 #include "transport/tcp/target_server.h"
@@ -40,9 +41,14 @@ Result<TcpTransportOptions> Resolve(TcpTransportOptions o) {
   return o;
 }
 
-// The host peers should dial: the bind host, or this machine's name for a wildcard.
-std::string PublishedHost(const std::string& bind_host) {
-  if (!tcp::IsWildcardHost(bind_host)) return bind_host;
+// The host peers should dial: the advertised host, else the bind host; a wildcard is never
+// published (the engine always passes an advertised host; a bare transport falls back to this
+// machine's name).
+std::string PublishedHost(const TransportStartInfo& info) {
+  if (!info.advertise_host.empty() && !IsWildcardHost(info.advertise_host)) {
+    return info.advertise_host;
+  }
+  if (!IsWildcardHost(info.bind_host)) return info.bind_host;
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
@@ -71,8 +77,9 @@ Result<std::string> TcpTransport::Start(TransportContext* ctx, const TransportSt
   runtime->options = options;
   runtime->ctx = ctx;
   runtime->auth_secret = info.auth_secret;
-  const std::string bind_host = tcp::IsWildcardHost(info.bind_host) ? "" : info.bind_host;
-  ASSIGN_OR_RETURN(tcp::Listener listener, tcp::Listen(bind_host, options.port));
+  // An explicit data port wins; otherwise the engine's port range (or the kernel) decides.
+  const PortRange ports = options.port != 0 ? PortRange{options.port, options.port} : info.ports;
+  ASSIGN_OR_RETURN(BoundListener listener, ListenTcpInRange(info.bind_host, ports, "tcp data"));
   // A tick of a quarter of io_timeout (5 ms..kDeadlineTick) keeps every timeout within 1.25
   // io_timeout and every slice deadline within kDeadlineTick.
   const auto tick = std::clamp(options.io_timeout / 4, std::chrono::milliseconds(5), kDeadlineTick);
@@ -89,7 +96,7 @@ Result<std::string> TcpTransport::Start(TransportContext* ctx, const TransportSt
   (void)server->Start();  // the loop is new: the post is accepted
   runtime_ = std::move(runtime);
   started_.store(true, std::memory_order_release);
-  return HostPort{PublishedHost(info.bind_host), listener.port}.ToString();
+  return HostPort{PublishedHost(info), listener.port}.ToString();
 }
 
 void TcpTransport::Stop() {

@@ -113,13 +113,15 @@ class TcpTransport final : public Transport {
   std::string_view name() const override { return "tcp"; }
   TransportCapabilities capabilities() const override;
 
-  // Listens on info.bind_host (wildcard: every interface, and the published host is this
-  // machine's hostname) at options.port. InvalidArgument for bad options, host or auth secret;
-  // Unavailable / PermissionDenied when the port cannot be bound; Busy when started or stopped
-  // before. With info.auth_secret every data connection starts with common/peer_auth.h's
-  // handshake (before the clock hello), bounded by io_timeout: an initiator whose peer fails it
-  // completes its slices with PermissionDenied; a target refuses such a peer before reading a
-  // request (logged once per peer address, counted in stats().auth_refusals).
+  // Listens on info.bind_host (wildcard: every interface) at options.port, or when that is 0 at
+  // the first free port of info.ports (unbounded: the kernel picks), and publishes
+  // "<info.advertise_host>:<port>" (without one: the bind host; for a wildcard, this machine's
+  // hostname). InvalidArgument for bad options, host or auth secret; Unavailable (naming the
+  // range when it is exhausted) / PermissionDenied when no port can be bound; Busy when started
+  // or stopped before. With info.auth_secret every data connection starts with
+  // common/peer_auth.h's handshake (before the clock hello), bounded by io_timeout: an initiator
+  // whose peer fails it completes its slices with PermissionDenied; a target refuses such a peer
+  // before reading a request (logged once per peer address, counted in stats().auth_refusals).
   Result<std::string> Start(TransportContext* ctx, const TransportStartInfo& info) override;
   // Fails every queued and in-flight slice with Canceled, closes every socket and joins every
   // thread. Never waits on a peer: it returns once each loop ran its queued tasks and the
