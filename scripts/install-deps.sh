@@ -17,6 +17,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev iproute2 iptables
   # the rdma transport (libfabric; its tcp;ofi_rxm provider runs the tests without a NIC)
   libfabric-dev libfabric-bin
+  # the Python module (python/) and its tests, for Debian's /usr/bin/python3; venv, pip,
+  # setuptools and wheel for the offline `pip install --no-build-isolation ./python`
+  pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 
 missing=()

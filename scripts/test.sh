@@ -32,16 +32,19 @@ scripts/build.sh build
 run_suite build "main"
 
 if [[ $quick -eq 0 ]]; then
-  # Sanitizer builds skip benchmarks and the packaging test; TSan's runtime needs a fixed
-  # address-space layout on kernels with large mmap randomisation, hence setarch -R.
+  # Sanitizer builds skip benchmarks, the packaging test and the Python module (an
+  # uninstrumented interpreter cannot load an instrumented extension); TSan's runtime needs a
+  # fixed address-space layout on kernels with large mmap randomisation, hence setarch -R.
   echo "==> build: address,undefined"
-  scripts/build.sh build-asan -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF
+  scripts/build.sh build-asan -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF \
+    -DFERRY_BUILD_PYTHON=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp" \
     run_suite build-asan "address,undefined" -LE install
 
   echo "==> build: thread"
-  scripts/build.sh build-tsan -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF
+  scripts/build.sh build-tsan -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF \
+    -DFERRY_BUILD_PYTHON=OFF
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R ctest --test-dir build-tsan --output-on-failure --no-tests=error \
     -j "$jobs" -LE install

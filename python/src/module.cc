@@ -1,0 +1,466 @@
+// ferry._ferry: the compiled half of the Python package. It converts arguments, releases the GIL
+// around every call that can block or copy (transfers, waits, registration, open, probe, copies)
+// and turns a non-OK Status into the matching ferry.FerryError subclass (ferry/_errors.py).
+// The Python layers (ferry/mooncake.py, ferry/engine.py) are built on it; it is not meant to be
+// used directly.
+//
+// Thread contract: an Engine may be used from many Python threads at once (PyEngine is
+// thread-safe); Python objects are touched only with the GIL held.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ferry/options.h"
+#include "ferry/status.h"
+#include "ferry/transfer_engine.h"
+#include "ferry/version.h"
+#include "py_engine.h"
+
+namespace py = pybind11;
+
+namespace ferry::python {
+namespace {
+
+// A non-OK Status on its way to Python; the translator below raises it as a FerryError.
+class StatusError : public std::exception {
+ public:
+  explicit StatusError(Status status) : status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+  const char* what() const noexcept override { return status_.message().c_str(); }
+
+ private:
+  Status status_;
+};
+
+void Check(const Status& status) {
+  if (!status.ok()) throw StatusError(status);
+}
+
+template <typename T>
+T Unwrap(Result<T> result) {
+  if (!result.ok()) throw StatusError(result.status());
+  return std::move(result).value();
+}
+
+// Raises the FerryError subclass of `status` (built by ferry._errors.error_from_status).
+void RaiseStatus(const Status& status) {
+  try {
+    py::object make = py::module_::import("ferry._errors").attr("error_from_status");
+    py::object error = make(std::string(StatusCodeName(status.code())), status.message());
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  } catch (py::error_already_set& e) {
+    e.restore();
+  }
+}
+
+void* Ptr(uint64_t addr) { return reinterpret_cast<void*>(static_cast<uintptr_t>(addr)); }
+
+std::chrono::milliseconds Ms(int64_t ms, const char* what) {
+  if (ms <= 0) Check(InvalidArgumentError(std::string(what) + " must be > 0 ms"));
+  return std::chrono::milliseconds(ms);
+}
+
+// EngineOptions from a dict of its field names (durations in milliseconds, with an "_ms"
+// suffix). An unknown key or a value of the wrong type is InvalidArgument naming it.
+EngineOptions OptionsFromDict(const py::dict& d) {
+  EngineOptions o;
+  for (const auto& [key_obj, value] : d) {
+    const std::string key = py::str(key_obj);
+    try {
+      if (key == "metadata_conn") {
+        o.metadata_conn = value.cast<std::string>();
+      } else if (key == "local_server_name") {
+        o.local_server_name = value.cast<std::string>();
+      } else if (key == "host") {
+        o.host = value.cast<std::string>();
+      } else if (key == "rpc_port") {
+        o.rpc_port = value.cast<uint16_t>();
+      } else if (key == "rpc_port_range_end") {
+        o.rpc_port_range_end = value.cast<uint16_t>();
+      } else if (key == "transports") {
+        o.transports = value.cast<std::vector<std::string>>();
+      } else if (key == "host_id") {
+        o.host_id = value.cast<std::string>();
+      } else if (key == "shm_dir") {
+        o.shm_dir = value.cast<std::string>();
+      } else if (key == "cxl_window") {
+        o.cxl_window = value.cast<std::string>();
+      } else if (key == "cxl_window_size") {
+        o.cxl_window_size = value.cast<uint64_t>();
+      } else if (key == "rdma_provider") {
+        o.rdma_provider = value.cast<std::string>();
+      } else if (key == "rdma_devices") {
+        o.rdma_devices = value.cast<std::vector<std::string>>();
+      } else if (key == "task_timeout_ms") {
+        o.task_timeout = Ms(value.cast<int64_t>(), "task_timeout_ms");
+      } else if (key == "request_timeout_ms") {
+        o.request_timeout = Ms(value.cast<int64_t>(), "request_timeout_ms");
+      } else if (key == "lease_ttl_ms") {
+        o.lease_ttl = Ms(value.cast<int64_t>(), "lease_ttl_ms");
+      } else if (key == "segment_cache_ttl_ms") {
+        o.segment_cache_ttl = Ms(value.cast<int64_t>(), "segment_cache_ttl_ms");
+      } else if (key == "unregister_drain_timeout_ms") {
+        o.unregister_drain_timeout = Ms(value.cast<int64_t>(), "unregister_drain_timeout_ms");
+      } else if (key == "idle_link_timeout_ms") {
+        o.idle_link_timeout = std::chrono::milliseconds(value.cast<int64_t>());
+      } else if (key == "slice_size") {
+        o.slice_size = value.cast<uint64_t>();
+      } else if (key == "tcp_payload_checksum") {
+        o.tcp_payload_checksum = value.cast<bool>();
+      } else if (key == "metadata_prefix") {
+        o.metadata_prefix = value.cast<std::string>();
+      } else if (key == "max_pending_notifies") {
+        o.max_pending_notifies = value.cast<size_t>();
+      } else if (key == "max_pending_notify_bytes") {
+        o.max_pending_notify_bytes = value.cast<uint64_t>();
+      } else if (key == "auth_secret") {
+        o.auth_secret = value.cast<std::string>();
+      } else if (key == "worker_threads") {
+        o.worker_threads = value.cast<size_t>();
+      } else {
+        Check(InvalidArgumentError("unknown engine option '" + key + "'"));
+      }
+    } catch (const py::cast_error&) {
+      Check(InvalidArgumentError("engine option '" + key + "': wrong type " +
+                                 std::string(py::str(py::type::of(value)))));
+    }
+  }
+  return o;
+}
+
+// Seconds on the steady clock (time.monotonic()'s clock on Linux), None for "not yet".
+py::object Seconds(std::chrono::steady_clock::time_point t) {
+  if (t == std::chrono::steady_clock::time_point{}) return py::none();
+  return py::float_(std::chrono::duration<double>(t.time_since_epoch()).count());
+}
+
+py::object ErrorTuple(const Status& s) {
+  if (s.ok()) return py::none();
+  return py::make_tuple(std::string(StatusCodeName(s.code())), s.message());
+}
+
+py::dict BatchDict(const BatchStatus& b) {
+  py::dict d;
+  d["state"] = std::string(TransferStateName(b.state));
+  d["tasks"] = b.tasks;
+  d["completed"] = b.completed;
+  d["failed"] = b.failed;
+  d["transferred_bytes"] = b.transferred_bytes;
+  d["error"] = ErrorTuple(b.first_error);
+  return d;
+}
+
+py::dict TaskDict(const TransferStatus& t) {
+  py::dict d;
+  d["state"] = std::string(TransferStateName(t.state));
+  d["transferred_bytes"] = t.transferred_bytes;
+  d["error"] = ErrorTuple(t.reason);
+  d["transport"] = t.transport;
+  d["submitted_at"] = Seconds(t.submitted_at);
+  d["started_at"] = Seconds(t.started_at);
+  d["ended_at"] = Seconds(t.ended_at);
+  d["retries"] = t.retries;
+  return d;
+}
+
+// (opcode, local address, target segment id, remote address, length[, transport]) tuples, as
+// the Python layers build them.
+using RequestTuple = std::tuple<int, uint64_t, uint64_t, uint64_t, uint64_t, std::string>;
+
+std::vector<TransferRequest> Requests(const std::vector<RequestTuple>& tuples) {
+  std::vector<TransferRequest> out;
+  out.reserve(tuples.size());
+  for (const auto& [op, local, target, remote, length, transport] : tuples) {
+    if (op != static_cast<int>(OpCode::kRead) && op != static_cast<int>(OpCode::kWrite)) {
+      Check(
+          InvalidArgumentError("opcode must be 0 (read) or 1 (write), not " + std::to_string(op)));
+    }
+    out.push_back(
+        TransferRequest{static_cast<OpCode>(op), Ptr(local), target, remote, length, transport});
+  }
+  return out;
+}
+
+std::optional<std::string> Notify(const std::optional<py::bytes>& notify) {
+  if (!notify.has_value()) return std::nullopt;
+  return std::string(*notify);
+}
+
+// (address, nbytes, readonly) of a C-contiguous object exporting the buffer protocol; the
+// caller keeps the object (or a memoryview of it) alive while the address is used.
+py::tuple AddressOf(const py::buffer& obj, bool writable) {
+  Py_buffer view;
+  const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) {
+    PyErr_Clear();
+    Py_buffer probe;
+    if (PyObject_GetBuffer(obj.ptr(), &probe, PyBUF_FULL_RO) == 0) {
+      const bool readonly = probe.readonly != 0;
+      PyBuffer_Release(&probe);
+      if (writable && readonly) {
+        Check(InvalidArgumentError(std::string(py::str(py::type::of(obj))) +
+                                   " is read-only, and the engine writes into this buffer"));
+      }
+    } else {
+      PyErr_Clear();
+    }
+    Check(InvalidArgumentError(std::string(py::str(py::type::of(obj))) +
+                               " is not C-contiguous: make it contiguous first"));
+  }
+  py::tuple out = py::make_tuple(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(view.buf)),
+                                 static_cast<uint64_t>(view.len), view.readonly != 0);
+  PyBuffer_Release(&view);
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_ferry, m) {
+  m.doc() = "ferry's compiled core; use ferry.TransferEngine or ferry.Engine";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      RaiseStatus(e.status());
+    }
+  });
+
+  m.def("version", [] { return std::string(VersionString()); });
+  m.def("address_of", &AddressOf, py::arg("obj"), py::arg("writable"));
+  m.attr("OP_READ") = static_cast<int>(OpCode::kRead);
+  m.attr("OP_WRITE") = static_cast<int>(OpCode::kWrite);
+
+  py::class_<PyEngine>(m, "Engine")
+      .def(py::init<>())
+      .def("init",
+           [](PyEngine& self, const py::dict& options) {
+             if (self.initialized()) Check(BusyError("the engine is already initialized"));
+             EngineOptions o = OptionsFromDict(options);
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = self.Init(o);
+             }
+             Check(s);
+           })
+      .def_property_readonly("name",
+                             [](PyEngine& self) { return self.engine().localSegmentName(); })
+      .def_property_readonly("rpc_port", [](PyEngine& self) { return self.engine().rpcPort(); })
+      .def_property_readonly("completion_fd",
+                             [](PyEngine& self) { return self.engine().completionFd(); })
+      .def_property_readonly("batch_bound_ms",
+                             [](PyEngine& self) { return self.BatchBound().count(); })
+      .def_property_readonly("transports", [](PyEngine& self) { return self.options().transports; })
+      .def(
+          "register",
+          [](PyEngine& self, uint64_t addr, uint64_t length, const std::string& location,
+             bool remote_accessible) {
+            py::gil_scoped_release release;
+            Check(self.Register(addr, length, location, remote_accessible));
+          },
+          py::arg("addr"), py::arg("length"), py::arg("location") = "*",
+          py::arg("remote_accessible") = true)
+      .def(
+          "unregister",
+          [](PyEngine& self, uint64_t addr) {
+            py::gil_scoped_release release;
+            Check(self.Unregister(addr));
+          },
+          py::arg("addr"))
+      .def(
+          "register_batch",
+          [](PyEngine& self, const std::vector<uint64_t>& addrs,
+             const std::vector<uint64_t>& lengths, const std::string& location) {
+            py::gil_scoped_release release;
+            Check(self.RegisterBatch(addrs, lengths, location));
+          },
+          py::arg("addrs"), py::arg("lengths"), py::arg("location") = "*")
+      .def(
+          "unregister_batch",
+          [](PyEngine& self, const std::vector<uint64_t>& addrs) {
+            py::gil_scoped_release release;
+            Check(self.UnregisterBatch(addrs));
+          },
+          py::arg("addrs"))
+      .def(
+          "allocate_managed",
+          [](PyEngine& self, uint64_t length, const std::string& location) {
+            py::gil_scoped_release release;
+            return Unwrap(self.AllocateManaged(length, location));
+          },
+          py::arg("length"), py::arg("location") = "cpu")
+      .def(
+          "free_managed",
+          [](PyEngine& self, uint64_t addr, uint64_t length) {
+            py::gil_scoped_release release;
+            Check(self.FreeManaged(addr, length));
+          },
+          py::arg("addr"), py::arg("length") = 0)
+      .def(
+          "write_bytes",
+          [](PyEngine& self, uint64_t addr, const py::buffer& data, int64_t length) {
+            py::buffer_info info = data.request();
+            if (length < 0) length = info.size * info.itemsize;
+            if (static_cast<uint64_t>(length) > static_cast<uint64_t>(info.size * info.itemsize)) {
+              Check(InvalidArgumentError(
+                  "write_bytes_to_buffer: length " + std::to_string(length) + " is past the " +
+                  std::to_string(info.size * info.itemsize) + " bytes given"));
+            }
+            // `data` (held by the caller's frame) stays alive and exported meanwhile.
+            py::gil_scoped_release release;
+            Check(self.CopyIn(addr, info.ptr, static_cast<uint64_t>(length)));
+          },
+          py::arg("addr"), py::arg("data"), py::arg("length") = -1)
+      .def(
+          "read_bytes",
+          [](PyEngine& self, uint64_t addr, uint64_t length) {
+            if (length > static_cast<uint64_t>(PY_SSIZE_T_MAX)) {
+              Check(InvalidArgumentError("read_bytes_from_buffer: length too large"));
+            }
+            PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(length));
+            if (raw == nullptr) throw py::error_already_set();
+            py::bytes out = py::reinterpret_steal<py::bytes>(raw);
+            char* dst = PyBytes_AS_STRING(raw);
+            Status s;
+            {
+              py::gil_scoped_release release;
+              s = self.CopyOut(addr, dst, length);
+            }
+            Check(s);
+            return out;
+          },
+          py::arg("addr"), py::arg("length"))
+      .def(
+          "open",
+          [](PyEngine& self, const std::string& name) {
+            py::gil_scoped_release release;
+            return Unwrap(self.engine().openSegment(name));
+          },
+          py::arg("name"))
+      .def(
+          "close",
+          [](PyEngine& self, SegmentId id) {
+            py::gil_scoped_release release;
+            Check(self.engine().closeSegment(id));
+          },
+          py::arg("segment"))
+      .def(
+          "sync",
+          [](PyEngine& self, const std::string& name) {
+            py::gil_scoped_release release;
+            Check(self.engine().syncSegmentCache(name));
+          },
+          py::arg("name") = "")
+      .def(
+          "probe",
+          [](PyEngine& self, SegmentId id) {
+            py::gil_scoped_release release;
+            return Unwrap(self.engine().probeSegment(id));
+          },
+          py::arg("segment"))
+      .def(
+          "segment_buffers",
+          [](PyEngine& self, SegmentId id) {
+            std::vector<SegmentBuffer> buffers;
+            {
+              py::gil_scoped_release release;
+              buffers = Unwrap(self.engine().getSegmentBuffers(id));
+            }
+            py::list out;
+            for (const SegmentBuffer& b : buffers) {
+              out.append(py::make_tuple(b.addr, b.length, b.location, b.generation, b.transports));
+            }
+            return out;
+          },
+          py::arg("segment"))
+      .def(
+          "submit",
+          [](PyEngine& self, const std::vector<RequestTuple>& tuples,
+             const std::optional<py::bytes>& notify) {
+            std::vector<TransferRequest> requests = Requests(tuples);
+            std::optional<std::string> message = Notify(notify);
+            py::gil_scoped_release release;
+            return Unwrap(self.Submit(requests, message));
+          },
+          py::arg("requests"), py::arg("notify") = py::none())
+      .def(
+          "transfer",
+          [](PyEngine& self, const std::vector<RequestTuple>& tuples,
+             const std::optional<py::bytes>& notify) {
+            std::vector<TransferRequest> requests = Requests(tuples);
+            std::optional<std::string> message = Notify(notify);
+            BatchStatus summary;
+            {
+              py::gil_scoped_release release;
+              summary = Unwrap(self.TransferSync(requests, message));
+            }
+            return BatchDict(summary);
+          },
+          py::arg("requests"), py::arg("notify") = py::none())
+      .def(
+          "wait",
+          [](PyEngine& self, BatchId batch, int64_t timeout_ms) {
+            BatchStatus summary;
+            {
+              py::gil_scoped_release release;
+              summary = Unwrap(self.engine().waitBatch(
+                  batch,
+                  timeout_ms < 0 ? self.BatchBound() : std::chrono::milliseconds(timeout_ms)));
+            }
+            return BatchDict(summary);
+          },
+          py::arg("batch"), py::arg("timeout_ms") = -1)
+      .def(
+          "batch_status",
+          [](PyEngine& self, BatchId batch) {
+            return BatchDict(Unwrap(self.engine().getBatchTransferStatus(batch)));
+          },
+          py::arg("batch"))
+      .def(
+          "task_status",
+          [](PyEngine& self, BatchId batch, size_t task) {
+            return TaskDict(Unwrap(self.engine().getTransferStatus(batch, task)));
+          },
+          py::arg("batch"), py::arg("task"))
+      .def(
+          "cancel",
+          [](PyEngine& self, BatchId batch) {
+            py::gil_scoped_release release;
+            Check(self.engine().cancelBatch(batch));
+          },
+          py::arg("batch"))
+      .def(
+          "free",
+          [](PyEngine& self, BatchId batch) {
+            py::gil_scoped_release release;
+            Check(self.engine().freeBatchID(batch));
+          },
+          py::arg("batch"))
+      .def("notifies",
+           [](PyEngine& self) {
+             std::vector<NotifyMessage> got = self.engine().getNotifies();
+             py::list out;
+             for (const NotifyMessage& n : got)
+               out.append(py::make_tuple(n.name, py::bytes(n.payload)));
+             return out;
+           })
+      .def(
+          "send_notify",
+          [](PyEngine& self, SegmentId target, const py::bytes& payload) {
+            NotifyMessage message{"", std::string(payload)};
+            py::gil_scoped_release release;
+            Check(self.engine().sendNotify(target, message));
+          },
+          py::arg("segment"), py::arg("payload"));
+}
+
+}  // namespace ferry::python
