@@ -39,19 +39,7 @@ using testing::TestServer;
 constexpr auto kPeerLeaseTtl = 1000ms;
 constexpr size_t kTransferBytes = 256 << 10;
 
-enum class Store { kEtcd, kRedis, kHttp };
-
-std::string StoreName(Store s) {
-  switch (s) {
-    case Store::kEtcd:
-      return "etcd";
-    case Store::kRedis:
-      return "redis";
-    case Store::kHttp:
-      return "http";
-  }
-  return "?";
-}
+using Store = testing::StoreKind;
 
 // Counts of one phase of the traffic.
 struct Phase {
@@ -92,29 +80,10 @@ class StoreOutageTest : public ::testing::TestWithParam<Store> {
     auto dir = TempDir::Create("fault-store");
     ASSERT_TRUE(dir.ok()) << dir.status();
     dir_ = std::make_unique<TempDir>(std::move(dir).value());
-    switch (GetParam()) {
-      case Store::kEtcd: {
-        auto s = EtcdServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "etcd://" + (*s)->endpoint();
-        server_ = std::move(s).value();
-        break;
-      }
-      case Store::kRedis: {
-        auto s = RedisServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "redis://" + (*s)->endpoint();
-        server_ = std::move(s).value();
-        break;
-      }
-      case Store::kHttp: {
-        auto s = MetadataServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "http://" + (*s)->endpoint() + "/metadata";
-        server_ = std::move(s).value();
-        break;
-      }
-    }
+    Result<testing::RunningStore> store = testing::StartStore(GetParam());
+    ASSERT_TRUE(store.ok()) << store.status();
+    connection_ = store->connection;
+    server_ = std::move(store->server);
   }
 
   void TearDown() override {
@@ -141,17 +110,12 @@ class StoreOutageTest : public ::testing::TestWithParam<Store> {
   }
 
   void StartPeer() {
-    std::vector<std::string> argv = {
-        "/usr/bin/env", "FERRY_PEER_HOST_ID=fault-target", "FERRY_PEER_TRANSPORTS=tcp",
-        "FERRY_PEER_LEASE_TTL_MS=" + std::to_string(kPeerLeaseTtl.count()),
-        testing::BinDir() + "/ferry-test-peer", connection_, "fault-target-" + StoreName(GetParam()),
-        "0", std::to_string(kPeerBytes)};
-    auto child = ChildProcess::SpawnPiped(argv, dir_->path() + "/peer.log");
-    ASSERT_TRUE(child.ok()) << child.status();
-    peer_.process = std::move(child).value();
-    Result<std::string> ready = peer_.process->ReadLine(20s);
-    ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << peer_.process->LogTail();
-    ASSERT_TRUE(peer_.ParseReady(*ready)) << *ready;
+    peer_ = testing::StartTestPeer(
+        {"FERRY_PEER_HOST_ID=fault-target", "FERRY_PEER_TRANSPORTS=tcp",
+         "FERRY_PEER_LEASE_TTL_MS=" + std::to_string(kPeerLeaseTtl.count())},
+        connection_, "fault-target-" + testing::StoreKindName(GetParam()), kPeerBytes,
+        dir_->path());
+    ASSERT_FALSE(peer_.name.empty()) << "the target did not start";
   }
 
   // Transfers without pause on a thread of their own, counted into *phase_ (switchable).
@@ -250,15 +214,16 @@ TEST_P(StoreOutageTest, TransfersGoOnAndPublicationResumes) {
   EXPECT_TRUE(testing::WaitFor([&] { return after_.completed.load() >= 20; }, 20s));
   StopTraffic();
 
-  Figure("%s down %.0f ms: transfers before %llu ok / %llu failed, while down %llu / %llu, after "
-         "restart %llu / %llu; descriptor readable by a new engine %.0f ms after restart",
-         StoreName(GetParam()).c_str(), down_ms,
-         static_cast<unsigned long long>(before_.completed.load()),
-         static_cast<unsigned long long>(before_.failed.load()),
-         static_cast<unsigned long long>(down_.completed.load()),
-         static_cast<unsigned long long>(down_.failed.load()),
-         static_cast<unsigned long long>(after_.completed.load()),
-         static_cast<unsigned long long>(after_.failed.load()), republished_ms);
+  Figure(
+      "%s down %.0f ms: transfers before %llu ok / %llu failed, while down %llu / %llu, after "
+      "restart %llu / %llu; descriptor readable by a new engine %.0f ms after restart",
+      testing::StoreKindName(GetParam()).c_str(), down_ms,
+      static_cast<unsigned long long>(before_.completed.load()),
+      static_cast<unsigned long long>(before_.failed.load()),
+      static_cast<unsigned long long>(down_.completed.load()),
+      static_cast<unsigned long long>(down_.failed.load()),
+      static_cast<unsigned long long>(after_.completed.load()),
+      static_cast<unsigned long long>(after_.failed.load()), republished_ms);
   EXPECT_EQ(before_.failed.load(), 0u) << FirstFailure(before_);
   EXPECT_EQ(down_.failed.load(), 0u) << FirstFailure(down_);
   EXPECT_EQ(after_.failed.load(), 0u) << FirstFailure(after_);
@@ -510,7 +475,7 @@ INSTANTIATE_TEST_SUITE_P(Data, HttpOutageAcrossHostsTest, ::testing::Values(fals
 INSTANTIATE_TEST_SUITE_P(Stores, StoreOutageTest,
                          ::testing::Values(Store::kEtcd, Store::kRedis, Store::kHttp),
                          [](const ::testing::TestParamInfo<Store>& info) {
-                           return StoreName(info.param);
+                           return testing::StoreKindName(info.param);
                          });
 
 }  // namespace

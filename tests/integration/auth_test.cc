@@ -19,7 +19,6 @@ namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::ChildProcess;
 using testing::Fnv;
 using testing::Peer;
 using testing::TempDir;
@@ -64,24 +63,9 @@ class AuthTest : public ::testing::TestWithParam<const char*> {
 
   // A peer holding `secret`, named `name`, its stderr in <dir>/<name>.log.
   Peer StartPeer(const std::string& name, const std::string& secret) {
-    Peer peer;
-    const std::vector<std::string> argv = {
-        "/usr/bin/env",
-        "FERRY_AUTH_SECRET=" + secret,
-        std::string("FERRY_PEER_TRANSPORTS=") + GetParam(),
-        testing::BinDir() + "/ferry-test-peer",
-        connection_,
-        name,
-        "0",
-        std::to_string(kPeerBytes)};
-    auto child = ChildProcess::SpawnPiped(argv, dir_->path() + "/" + name + ".log");
-    EXPECT_TRUE(child.ok()) << child.status();
-    if (!child.ok()) return peer;
-    peer.process = std::move(child).value();
-    Result<std::string> ready = peer.process->ReadLine(20s);
-    EXPECT_TRUE(ready.ok()) << ready.status() << "\n" << peer.process->LogTail();
-    if (ready.ok()) EXPECT_TRUE(peer.ParseReady(*ready)) << *ready;
-    return peer;
+    return testing::StartTestPeer(
+        {"FERRY_AUTH_SECRET=" + secret, std::string("FERRY_PEER_TRANSPORTS=") + GetParam()},
+        connection_, name, kPeerBytes, dir_->path());
   }
 
   BatchStatus Write(SegmentId target, uint64_t remote) {

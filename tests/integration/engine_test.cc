@@ -57,31 +57,16 @@ class EngineTest : public ::testing::TestWithParam<Setup> {
     auto dir = TempDir::Create("engine");
     ASSERT_TRUE(dir.ok());
     dir_ = std::make_unique<TempDir>(std::move(dir).value());
-    switch (GetParam().meta) {
-      case Meta::kP2P:
-        connection_ = "P2PHANDSHAKE";
-        break;
-      case Meta::kEtcd: {
-        auto s = testing::EtcdServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "etcd://" + (*s)->endpoint();
-        server_ = std::move(s).value();
-        break;
-      }
-      case Meta::kRedis: {
-        auto s = testing::RedisServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "redis://" + (*s)->endpoint();
-        server_ = std::move(s).value();
-        break;
-      }
-      case Meta::kHttp: {
-        auto s = testing::MetadataServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "http://" + (*s)->endpoint() + "/metadata";
-        server_ = std::move(s).value();
-        break;
-      }
+    if (GetParam().meta == Meta::kP2P) {
+      connection_ = "P2PHANDSHAKE";
+    } else {
+      const testing::StoreKind kind = GetParam().meta == Meta::kEtcd    ? testing::StoreKind::kEtcd
+                                      : GetParam().meta == Meta::kRedis ? testing::StoreKind::kRedis
+                                                                        : testing::StoreKind::kHttp;
+      Result<testing::RunningStore> store = testing::StartStore(kind);
+      ASSERT_TRUE(store.ok()) << store.status();
+      connection_ = store->connection;
+      server_ = std::move(store->server);
     }
     EngineOptions options;
     options.metadata_conn = connection_;

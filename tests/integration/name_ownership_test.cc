@@ -17,26 +17,13 @@ namespace ferry {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::ChildProcess;
 using testing::Fnv;
 using testing::Peer;
 using testing::TempDir;
 
-enum class Meta { kEtcd, kRedis, kHttp };
+using testing::StoreKind;
 
-std::string MetaName(Meta m) {
-  switch (m) {
-    case Meta::kEtcd:
-      return "etcd";
-    case Meta::kRedis:
-      return "redis";
-    case Meta::kHttp:
-      return "http";
-  }
-  return "?";
-}
-
-class NameOwnershipTest : public ::testing::TestWithParam<Meta> {
+class NameOwnershipTest : public ::testing::TestWithParam<StoreKind> {
  protected:
   static constexpr size_t kBytes = 1 << 20;
 
@@ -44,29 +31,10 @@ class NameOwnershipTest : public ::testing::TestWithParam<Meta> {
     auto dir = TempDir::Create("names");
     ASSERT_TRUE(dir.ok());
     dir_ = std::make_unique<TempDir>(std::move(dir).value());
-    switch (GetParam()) {
-      case Meta::kEtcd: {
-        auto s = testing::EtcdServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "etcd://" + (*s)->endpoint();
-        server_ = std::move(s).value();
-        break;
-      }
-      case Meta::kRedis: {
-        auto s = testing::RedisServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "redis://" + (*s)->endpoint();
-        server_ = std::move(s).value();
-        break;
-      }
-      case Meta::kHttp: {
-        auto s = testing::MetadataServer::Start();
-        ASSERT_TRUE(s.ok()) << s.status();
-        connection_ = "http://" + (*s)->endpoint() + "/metadata";
-        server_ = std::move(s).value();
-        break;
-      }
-    }
+    Result<testing::RunningStore> store = testing::StartStore(GetParam());
+    ASSERT_TRUE(store.ok()) << store.status();
+    connection_ = store->connection;
+    server_ = std::move(store->server);
   }
 
   EngineOptions Options(const std::string& name, bool take_over) const {
@@ -83,23 +51,9 @@ class NameOwnershipTest : public ::testing::TestWithParam<Meta> {
 
   // A ferry-test-peer holding `name`; its leases last `lease_ms`.
   Peer StartPeer(const std::string& name, int lease_ms) {
-    Peer peer;
-    std::vector<std::string> argv = {"/usr/bin/env",
-                                     "FERRY_PEER_TRANSPORTS=tcp",
-                                     "FERRY_PEER_LEASE_TTL_MS=" + std::to_string(lease_ms),
-                                     testing::BinDir() + "/ferry-test-peer",
-                                     connection_,
-                                     name,
-                                     "0",
-                                     std::to_string(kBytes)};
-    auto child = ChildProcess::SpawnPiped(argv, dir_->path() + "/" + name + ".log");
-    EXPECT_TRUE(child.ok()) << child.status();
-    if (!child.ok()) return peer;
-    peer.process = std::move(child).value();
-    Result<std::string> ready = peer.process->ReadLine(20s);
-    EXPECT_TRUE(ready.ok()) << ready.status() << "\n" << peer.process->LogTail();
-    if (ready.ok()) EXPECT_TRUE(peer.ParseReady(*ready)) << *ready;
-    return peer;
+    return testing::StartTestPeer(
+        {"FERRY_PEER_TRANSPORTS=tcp", "FERRY_PEER_LEASE_TTL_MS=" + std::to_string(lease_ms)},
+        connection_, name, kBytes, dir_->path());
   }
 
   // Writes a pattern from `from` to `remote` of the segment `name`, opened afresh; true when
@@ -141,7 +95,7 @@ std::vector<unsigned char> Pattern(size_t n, unsigned seed) {
 }
 
 TEST_P(NameOwnershipTest, ALiveHolderKeepsItsNameUnlessTakenOverAndADeadOneLosesIt) {
-  const std::string name = "dup-" + MetaName(GetParam());
+  const std::string name = "dup-" + testing::StoreKindName(GetParam());
   Peer first = StartPeer(name, 3000);
   ASSERT_TRUE(first.process && first.addr != 0);
 
@@ -170,7 +124,7 @@ TEST_P(NameOwnershipTest, ALiveHolderKeepsItsNameUnlessTakenOverAndADeadOneLoses
   ASSERT_TRUE(second.init(take_over).ok());
   std::vector<unsigned char> landing(kBytes, 0);
   ASSERT_TRUE(second.registerLocalMemory(landing.data(), landing.size(), "cpu").ok());
-  if (GetParam() != Meta::kEtcd) {
+  if (GetParam() != StoreKind::kEtcd) {
     // redis and http refresh by rewriting: the first engine's next round finds the name taken
     // and gives it up (etcd's keep-alive finds it too, but its keys live on its lease).
     EXPECT_TRUE(testing::WaitFor(
@@ -194,7 +148,7 @@ TEST_P(NameOwnershipTest, ALiveHolderKeepsItsNameUnlessTakenOverAndADeadOneLoses
 
   // A holder that does not answer (frozen; its entries outlive the test) is taken over without
   // being told.
-  const std::string frozen_name = "frozen-" + MetaName(GetParam());
+  const std::string frozen_name = "frozen-" + testing::StoreKindName(GetParam());
   Peer frozen = StartPeer(frozen_name, 60000);
   ASSERT_TRUE(frozen.process && frozen.addr != 0);
   ASSERT_TRUE(testing::FreezeProcess(frozen.process->pid(), 10s));
@@ -210,8 +164,8 @@ TEST_P(NameOwnershipTest, ALiveHolderKeepsItsNameUnlessTakenOverAndADeadOneLoses
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, NameOwnershipTest,
-                         ::testing::Values(Meta::kEtcd, Meta::kRedis, Meta::kHttp),
-                         [](const auto& info) { return MetaName(info.param); });
+                         ::testing::Values(StoreKind::kEtcd, StoreKind::kRedis, StoreKind::kHttp),
+                         [](const auto& info) { return testing::StoreKindName(info.param); });
 
 }  // namespace
 }  // namespace ferry

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "gtest/gtest.h"
 #include "test_servers.h"
 
 namespace ferry::testing {
@@ -52,5 +54,27 @@ struct Peer {
     return reply.rfind("sum ", 0) == 0 ? std::stoull(reply.substr(4), nullptr, 16) : 0;
   }
 };
+
+// Starts ferry-test-peer (engine_peer.cc) with `env` ("FERRY_...=..." settings) publishing
+// `bytes` of buffer under `name` to `connection`, its stderr in `log_dir`/<name>.log, and reads
+// its ready line (within 20 s). On failure the test fails and the Peer has no process (or no
+// name).
+inline Peer StartTestPeer(const std::vector<std::string>& env, const std::string& connection,
+                          const std::string& name, size_t bytes, const std::string& log_dir) {
+  using namespace std::chrono_literals;
+  Peer peer;
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.insert(argv.end(),
+              {BinDir() + "/ferry-test-peer", connection, name, "0", std::to_string(bytes)});
+  auto child = ChildProcess::SpawnPiped(argv, log_dir + "/" + name + ".log");
+  EXPECT_TRUE(child.ok()) << child.status();
+  if (!child.ok()) return peer;
+  peer.process = std::move(child).value();
+  Result<std::string> ready = peer.process->ReadLine(20s);
+  EXPECT_TRUE(ready.ok()) << ready.status() << "\n" << peer.process->LogTail();
+  if (ready.ok()) EXPECT_TRUE(peer.ParseReady(*ready)) << *ready;
+  return peer;
+}
 
 }  // namespace ferry::testing

@@ -545,4 +545,41 @@ int MooncakeStyleServer::puts_with_ttl() const {
   return state_->puts_with_ttl;
 }
 
+Result<RunningStore> StartStore(StoreKind kind) {
+  RunningStore out;
+  switch (kind) {
+    case StoreKind::kEtcd: {
+      ASSIGN_OR_RETURN(std::unique_ptr<EtcdServer> etcd, EtcdServer::Start());
+      out.connection = "etcd://" + etcd->endpoint();
+      out.server = std::move(etcd);
+      break;
+    }
+    case StoreKind::kRedis: {
+      ASSIGN_OR_RETURN(std::unique_ptr<RedisServer> redis, RedisServer::Start());
+      out.connection = "redis://" + redis->endpoint();
+      out.server = std::move(redis);
+      break;
+    }
+    case StoreKind::kHttp: {
+      ASSIGN_OR_RETURN(std::unique_ptr<MetadataServer> http, MetadataServer::Start());
+      out.connection = "http://" + http->endpoint() + "/metadata";
+      out.server = std::move(http);
+      break;
+    }
+  }
+  return out;
+}
+
+std::string StoreKindName(StoreKind kind) {
+  switch (kind) {
+    case StoreKind::kEtcd:
+      return "etcd";
+    case StoreKind::kRedis:
+      return "redis";
+    case StoreKind::kHttp:
+      return "http";
+  }
+  return "?";
+}
+
 }  // namespace ferry::testing

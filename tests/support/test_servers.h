@@ -199,6 +199,17 @@ class MetadataServer final : public TestServer {
   std::vector<std::string> extra_args_;
 };
 
+// A store server of one of the three kinds engines publish to, and the connection string that
+// reaches it ("etcd://h:p", "redis://h:p", "http://h:p/metadata"), for tests parameterized over
+// the stores.
+enum class StoreKind { kEtcd, kRedis, kHttp };
+struct RunningStore {
+  std::unique_ptr<TestServer> server;
+  std::string connection;
+};
+Result<RunningStore> StartStore(StoreKind kind);
+std::string StoreKindName(StoreKind kind);  // "etcd", "redis", "http" (test names)
+
 // Directory of ferry's built executables (set at compile time).
 std::string BinDir();
 

@@ -4,9 +4,8 @@
 #include <charconv>
 #include <exception>
 
-#include "common/connect_error.h"
 #include "core/base64.h"
-#include "metadata/etcd/etcd_http.h"
+#include "metadata/httplib_error_text.h"
 
 namespace ferry {
 
@@ -23,30 +22,6 @@ constexpr int kGrpcResourceExhausted = 8;
 constexpr int kGrpcOutOfRange = 11;
 constexpr int kGrpcUnavailable = 14;
 constexpr int kGrpcUnauthenticated = 16;
-
-}  // namespace
-
-std::string EtcdTransportErrorText(httplib::Error error, const HostPort& endpoint,
-                                   std::chrono::steady_clock::duration elapsed,
-                                   std::chrono::milliseconds timeout) {
-  switch (error) {
-    case httplib::Error::Connection:
-    case httplib::Error::ConnectionTimeout:
-      return "could not connect: " + DescribeConnectFailure(endpoint, elapsed, timeout);
-    case httplib::Error::Read:
-      return elapsed >= timeout ? "no reply within " + MillisText(elapsed)
-                                : "the connection closed before the reply (after " +
-                                      MillisText(elapsed) + ")";
-    case httplib::Error::Write:
-      return (elapsed >= timeout ? "could not send the request within "
-                                 : "could not send the request: the connection closed after ") +
-             MillisText(elapsed);
-    default:
-      return "HTTP client error " + httplib::to_string(error) + " after " + MillisText(elapsed);
-  }
-}
-
-namespace {
 
 // Up to 200 printable bytes of a reply, for error messages.
 std::string Snippet(std::string_view text) {
@@ -205,10 +180,10 @@ Result<json> EtcdClient::CallOne(const HostPort& endpoint, std::string_view path
                                  !parsed.is_discarded() && parsed.is_object());
   if (!complete) {
     *try_next = true;
-    return UnavailableError(
-        endpoint.ToString() + " " +
-        EtcdTransportErrorText(error, endpoint, std::chrono::steady_clock::now() - started,
-                               timeout_));
+    return UnavailableError(endpoint.ToString() + " " +
+                            HttpRequestFailureText(error, endpoint,
+                                                   std::chrono::steady_clock::now() - started,
+                                                   timeout_));
   }
   if (parsed.is_discarded() || !parsed.is_object()) {
     Status s =

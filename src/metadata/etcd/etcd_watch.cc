@@ -11,8 +11,8 @@
 #include "common/log.h"
 #include "common/mutex.h"
 #include "core/base64.h"
-#include "metadata/etcd/etcd_http.h"
 #include "metadata/etcd/json_object_stream.h"
+#include "metadata/httplib_error_text.h"
 
 namespace ferry {
 
@@ -230,7 +230,7 @@ EtcdWatch::StreamEnd EtcdWatch::Stream(size_t index, std::string* why, bool* est
     *why = sent ? "watch stream from " + endpoint.ToString() + " ended (HTTP " +
                       std::to_string(res.status) + ")"
                 : "watch stream from " + endpoint.ToString() + ": " +
-                      EtcdTransportErrorText(error, endpoint,
+                      HttpRequestFailureText(error, endpoint,
                                              std::chrono::steady_clock::now() - started,
                                              client_->timeout());
   }

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "common/connect_error.h"
 #include "common/log.h"
 #include "common/mutex.h"
 #include "core/base64.h"
 #include "metadata/http/http_conditional.h"
+#include "metadata/httplib_error_text.h"
 #include "metadata/lease_keeper.h"
 
 namespace ferry {
@@ -85,30 +85,6 @@ class ScopedSigpipeBlock {
 milliseconds RefreshInterval(milliseconds lease_ttl) {
   const milliseconds ttl = std::min<milliseconds>(lease_ttl, std::chrono::seconds(kMaxTtlSeconds));
   return std::max(ttl / 3, milliseconds(10));
-}
-
-// What became of a request that got no HTTP answer, in words an operator acts on, with the
-// time it really took: "connection refused (after 1 ms)", "no route to host (after 3071 ms)",
-// "timed out after 1000 ms", "cannot resolve 'h': ...", "no reply within 1000 ms".
-// cpp-httplib reports a failed connect without its reason, so the reason is asked again
-// (common/connect_error.h), within what is left of `timeout`.
-std::string TransportErrorText(httplib::Error error, SteadyClock::duration elapsed,
-                               milliseconds timeout, const HostPort& server) {
-  switch (error) {
-    case httplib::Error::Connection:
-    case httplib::Error::ConnectionTimeout:
-      return "could not connect: " + DescribeConnectFailure(server, elapsed, timeout);
-    case httplib::Error::Read:
-      return elapsed >= timeout ? "no reply within " + MillisText(elapsed)
-                                : "the connection closed before the reply (after " +
-                                      MillisText(elapsed) + ")";
-    case httplib::Error::Write:
-      return (elapsed >= timeout ? "could not send the request within "
-                                 : "could not send the request: the connection closed after ") +
-             MillisText(elapsed);
-    default:
-      return "HTTP client error " + httplib::to_string(error) + " after " + MillisText(elapsed);
-  }
 }
 
 struct Reply {
@@ -324,9 +300,9 @@ Result<Reply> HttpStore::Send(Method method, const std::string& target, std::str
                                   std::to_string(max_body_bytes_) + " bytes); not read");
     }
     if (!result) {
-      return UnavailableError(where_ + ": " + name + " failed: " +
-                              TransportErrorText(result.error(), SteadyClock::now() - started,
-                                                 timeout, server_));
+      return UnavailableError(
+          where_ + ": " + name + " failed: " +
+          HttpRequestFailureText(result.error(), server_, SteadyClock::now() - started, timeout));
     }
     return Reply{result->status, std::move(received), has_ttls, conditional};
   } catch (const std::exception& e) {
