@@ -25,14 +25,15 @@ using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
 // getaddrinfo with numeric hosts tried first, so literals never reach DNS. "" (or a wildcard
 // written "*") is the passive any-address of IPv4.
-Result<AddrInfoPtr> Resolve(std::string_view host_text, int socktype, bool passive) {
+Result<AddrInfoPtr> Resolve(std::string_view host_text, int socktype, bool passive,
+                            int family = AF_UNSPEC) {
   std::string host(host_text);
   if (host == "*" || (passive && host.empty())) host = "0.0.0.0";
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  hints.ai_family = family;
   hints.ai_socktype = socktype;
   hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   addrinfo* out = nullptr;
@@ -106,8 +107,8 @@ bool IsLoopbackHost(std::string_view host) {
   return false;
 }
 
-Result<std::string> LocalAddressTowards(const HostPort& peer) {
-  Result<AddrInfoPtr> addrs = Resolve(peer.host, SOCK_DGRAM, false);
+Result<std::string> LocalAddressTowards(const HostPort& peer, int family) {
+  Result<AddrInfoPtr> addrs = Resolve(peer.host, SOCK_DGRAM, false, family);
   if (!addrs.ok()) return addrs.status().WithContext("finding the route to " + peer.ToString());
   std::string why;
   for (const addrinfo* ai = addrs->get(); ai != nullptr; ai = ai->ai_next) {
@@ -165,15 +166,23 @@ Result<std::string> DefaultAdvertiseHost(std::string_view bind_host, const HostP
   const std::string ask =
       "; set advertise_host (FERRY_ADVERTISE_HOST, ferry-bench --advertise_host)";
   const std::string bound = "host '" + std::string(bind_host) + "' listens on every interface";
+  const bool ipv6 = bind_host == "::" || bind_host == "[::]";
   if (store != nullptr) {
-    Result<std::string> routed = LocalAddressTowards(*store);
+    // An IPv4 wildcard listens on IPv4 only: route over IPv4. "::" (dual-stack) takes either.
+    Result<std::string> routed = LocalAddressTowards(*store, ipv6 ? AF_UNSPEC : AF_INET);
     if (!routed.ok()) {
       return UnavailableError(bound + ", and the address peers reach it at cannot be found: " +
                               routed.status().message() + ask);
     }
-    return routed;
+    if (!IsLoopbackHost(*routed)) return routed;
+    // The store is on loopback (a per-host proxy, or one machine): the route says nothing about
+    // how other hosts reach this one.
+    Result<std::string> first = FirstNonLoopbackAddress(ipv6);
+    if (!first.ok()) return routed;  // a machine without other interfaces: loopback it is
+    FERRY_LOG(kWarn) << bound << " without advertise_host, and the metadata store is on loopback: "
+                     << "advertising " << *first << ", the first non-loopback interface address";
+    return first;
   }
-  const bool ipv6 = bind_host == "::" || bind_host == "[::]";
   Result<std::string> first = FirstNonLoopbackAddress(ipv6);
   if (!first.ok()) {
     return UnavailableError(bound + " and there is no metadata store to route to, and " +

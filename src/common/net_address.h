@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include <sys/socket.h>
+
 #include "common/host_port.h"
 #include "common/unique_fd.h"
 #include "ferry/status.h"
@@ -26,8 +28,10 @@ bool IsLoopbackHost(std::string_view host);
 
 // The numeric address of the local interface the kernel would use to reach `peer` (a UDP
 // socket connect()ed to it, then getsockname; nothing is sent). `peer.host` may be a name.
-// Unavailable, naming the peer, when it does not resolve or no route leads there.
-Result<std::string> LocalAddressTowards(const HostPort& peer);
+// Unavailable, naming the peer, when it does not resolve or no route leads there. `family`
+// (AF_INET, AF_INET6) narrows the peer's addresses tried, so that an IPv4 listener is never
+// advertised by an IPv6 address; AF_UNSPEC tries every one.
+Result<std::string> LocalAddressTowards(const HostPort& peer, int family = AF_UNSPEC);
 
 // The numeric address of the first interface that is up, not loopback and has an IPv4 address
 // (IPv6 global addresses when `ipv6`), in getifaddrs order. NotFound when there is none.

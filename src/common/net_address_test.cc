@@ -42,6 +42,20 @@ TEST(NetAddressTest, RouteTowardsLoopbackIsLoopback) {
   EXPECT_FALSE(LocalAddressTowards({"no-such-host.invalid", 1}).ok());
 }
 
+// 0.0.0.0 listens on IPv4 only, so the route to an IPv6 store must not become its advertised
+// address (peers would dial an address nothing listens on); a loopback store's route is
+// replaced by an interface address when the machine has one.
+TEST(NetAddressTest, AnIpv4WildcardIsAdvertisedByAnIpv4Address) {
+  const HostPort v6_store{"::1", 2379};
+  Result<std::string> over_v6 = DefaultAdvertiseHost("0.0.0.0", &v6_store);
+  EXPECT_FALSE(over_v6.ok() && over_v6->find(':') != std::string::npos) << *over_v6;
+  const HostPort v4_store{"127.0.0.1", 2379};
+  Result<std::string> over_v4 = DefaultAdvertiseHost("0.0.0.0", &v4_store);
+  ASSERT_TRUE(over_v4.ok()) << over_v4.status();
+  EXPECT_EQ(over_v4->find(':'), std::string::npos) << *over_v4;
+  if (FirstNonLoopbackAddress(false).ok()) EXPECT_FALSE(IsLoopbackHost(*over_v4)) << *over_v4;
+}
+
 // A range is honoured in order, and an exhausted range names itself and the listener.
 TEST(NetAddressTest, ListensInsideTheRangeAndReportsExhaustion) {
   // Find a range of three free ports.
