@@ -10,10 +10,21 @@ Status TransferEngine::Impl::RegisterRpcHandlers() {
       ToWire(RpcType::kGetSegmentDesc),
       [this](std::string_view payload, const PeerInfo&) -> Result<std::string> {
         ASSIGN_OR_RETURN(std::string key, UnpackGetSegmentDescRequest(payload));
-        MutexLock lock(served_mu_);
-        auto it = served_.find(key);
-        if (it == served_.end()) return NotFoundError("no key '" + key + "' at " + name_);
-        return it->second;
+        std::string value;
+        {
+          MutexLock lock(served_mu_);
+          auto it = served_.find(key);
+          if (it == served_.end()) return NotFoundError("no key '" + key + "' at " + name_);
+          value = it->second;
+        }
+        // Served only after the first Publish, so publisher_ is set (and outlives this server).
+        // A name another engine took over is no longer this engine's to hand out: a peer that
+        // asks after the store lost the new holder's keys must not find this engine under it.
+        if (publisher_->taken_over(name_)) {
+          return NotFoundError("segment name '" + name_ +
+                               "' was taken over by another engine; not serving it here");
+        }
+        return value;
       }));
   RETURN_IF_ERROR(rpc_server_->RegisterHandler(
       ToWire(RpcType::kNotify),

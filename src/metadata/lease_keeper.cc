@@ -37,6 +37,7 @@ void LeaseKeeper::Stop() {
 void LeaseKeeper::Track(std::string_view key, std::string_view value) {
   MutexLock lock(mu_);
   owned_.insert_or_assign(std::string(key), std::string(value));
+  if (auto it = lost_.find(key); it != lost_.end()) lost_.erase(it);
 }
 
 void LeaseKeeper::Forget(std::string_view key) {
@@ -76,6 +77,7 @@ bool LeaseKeeper::TakenOver(std::string_view key, std::string_view value, std::s
     auto it = owned_.find(key);
     if (it == owned_.end() || it->second != value) return false;
     owned_.erase(it);
+    lost_.emplace(key);
     ++taken_over_;
   }
   FERRY_LOG(kWarn) << where << ": leased key '" << key
@@ -87,6 +89,11 @@ bool LeaseKeeper::TakenOver(std::string_view key, std::string_view value, std::s
 uint64_t LeaseKeeper::taken_over() const {
   MutexLock lock(mu_);
   return taken_over_;
+}
+
+bool LeaseKeeper::WasTakenOver(std::string_view key) const {
+  MutexLock lock(mu_);
+  return lost_.find(key) != lost_.end();
 }
 
 void LeaseKeeper::Run() {

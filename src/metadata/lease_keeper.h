@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,7 @@ class LeaseKeeper {
   void Start();
   void Stop();
 
+  // Also ends a loss WasTakenOver reports: the client wrote the key again.
   void Track(std::string_view key, std::string_view value);
   void Forget(std::string_view key);
   bool Owns(std::string_view key) const;
@@ -57,6 +59,10 @@ class LeaseKeeper {
   bool TakenOver(std::string_view key, std::string_view value, std::string_view where);
   // Keys forgotten by TakenOver so far (tests, stats).
   uint64_t taken_over() const;
+  // Whether TakenOver forgot `key` and no Track of it came since: this client lost the key to
+  // another writer (MetadataStore::TakenOver). Remembered for the keeper's life, one entry per
+  // key this client once tracked.
+  bool WasTakenOver(std::string_view key) const;
 
  private:
   void Run();
@@ -71,6 +77,7 @@ class LeaseKeeper {
   bool stop_ GUARDED_BY(mu_) = false;
   bool soon_ GUARDED_BY(mu_) = false;
   uint64_t taken_over_ GUARDED_BY(mu_) = 0;
+  std::set<std::string, std::less<>> lost_ GUARDED_BY(mu_);  // see WasTakenOver
   std::thread thread_;  // started/joined by Start/Stop under start_mu_
   Mutex start_mu_;
 };

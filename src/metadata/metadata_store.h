@@ -113,6 +113,12 @@ class MetadataStore {
   // Null when the store cannot push changes (then callers fall back to TTL expiry).
   virtual Watcher* watcher() = 0;
 
+  // Whether this client found `key`, which it had written leased, holding another writer's
+  // value since (its name was taken over; see Leases above), with no Put of it by this client
+  // since. Local and cheap: what the lease refresh saw, no round trip. A client that never saw
+  // it (the takeover came after its last refresh) answers false.
+  virtual bool TakenOver(std::string_view key) const = 0;
+
   // Simulates a crash for tests and for fast exits: stops refreshing leases and forgets the
   // leased keys without deleting them, so they expire as if this process had died.
   virtual void Abandon() = 0;

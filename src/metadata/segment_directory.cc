@@ -16,8 +16,24 @@ std::string RpcMetaKey(std::string_view prefix, std::string_view segment) {
 }
 
 std::string RpcMetaValue(const SegmentDesc& desc) {
-  return nlohmann::json{{"ip_or_host_name", desc.rpc.host}, {"rpc_port", desc.rpc.port}}.dump();
+  return nlohmann::json{{"ip_or_host_name", desc.rpc.host},
+                        {"rpc_port", desc.rpc.port},
+                        {"incarnation", desc.incarnation}}
+      .dump();
 }
+
+namespace {
+
+// The "incarnation" field of a stored descriptor or rpc_meta value; nullopt when it has none.
+std::optional<uint64_t> IncarnationOf(const std::string& value) {
+  const nlohmann::json doc = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  auto it = doc.find("incarnation");
+  if (it == doc.end() || !it->is_number_unsigned()) return std::nullopt;
+  return it->get<uint64_t>();
+}
+
+}  // namespace
 
 // ---- SegmentDirectory -------------------------------------------------------------------------
 
@@ -145,14 +161,14 @@ Result<SegmentHandle> SegmentDirectory::OpenEntry(std::string_view name, bool fo
 }
 
 Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_cached) {
-  uint64_t generation_at_start = 0;
-  std::shared_ptr<const SegmentDesc> cached;
+  FetchStart start;
   {
     MutexLock lock(mu_);
     Entry& entry = EntryLocked(name);
-    generation_at_start = entry.generation;
-    cached = entry.desc;
+    start.generation = entry.generation;
+    start.desc = entry.desc;
   }
+  const std::shared_ptr<const SegmentDesc> cached = start.desc;
   const std::string what = "segment '" + std::string(name) + "'";
   auto failed = [&](const Status& error) -> Result<SegmentHandle> {
     // The store answered NotFound for a peer we know: the peer itself decides whether it is gone
@@ -171,10 +187,19 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
             clock_->Now(), kFailureSummaryEvery);
       }
       if (line.has_value()) FERRY_LOG(kWarn) << *line;
-      return Install(name, std::move(from_peer), /*from_store=*/false);
+      // Only over the very descriptor the peer was asked about: while it answered, a watch event
+      // may have installed another engine that took the name (a newer incarnation), which an
+      // older peer's answer must never replace.
+      start.peer_answer = true;
+      Result<SegmentHandle> installed = Install(name, std::move(from_peer), false, &start);
+      if (installed.status().code() == StatusCode::kNotFound) return error;
+      return installed;
     }
     MutexLock lock(mu_);
     Entry& entry = EntryLocked(name);
+    if (entry.generation != start.generation && entry.desc != nullptr && !entry.stale) {
+      return SegmentHandle{entry.id, entry.desc};  // a watch event installed one meanwhile
+    }
     if (error.code() == StatusCode::kNotFound) {
       entry.desc.reset();  // the segment is gone; holders keep their snapshots
       entry.stale = true;
@@ -210,15 +235,8 @@ Result<SegmentHandle> SegmentDirectory::Fetch(std::string_view name, bool allow_
     return failed(InvalidArgumentError(what + ": stored descriptor names segment '" +
                                        decoded->name + "'"));
   }
-  {
-    MutexLock lock(mu_);
-    Entry& entry = EntryLocked(name);
-    if (entry.generation != generation_at_start && entry.desc != nullptr && !entry.stale) {
-      return SegmentHandle{entry.id, entry.desc};  // a watch event installed a newer one meanwhile
-    }
-  }
   return Install(name, std::make_shared<const SegmentDesc>(std::move(decoded).value()),
-                 /*from_store=*/true);
+                 /*from_store=*/true, &start);
 }
 
 std::shared_ptr<const SegmentDesc> SegmentDirectory::AskPeer(const SegmentDesc& cached) {
@@ -239,14 +257,30 @@ std::shared_ptr<const SegmentDesc> SegmentDirectory::AskPeer(const SegmentDesc& 
   return std::make_shared<const SegmentDesc>(std::move(decoded).value());
 }
 
-SegmentHandle SegmentDirectory::Install(std::string_view name,
-                                        std::shared_ptr<const SegmentDesc> desc, bool from_store) {
+Result<SegmentHandle> SegmentDirectory::Install(std::string_view name,
+                                                std::shared_ptr<const SegmentDesc> desc,
+                                                bool from_store, const FetchStart* start) {
   uint64_t old_incarnation = 0;
   SegmentHandle handle;
   std::optional<std::string> keys_back;
   {
     MutexLock lock(mu_);
     Entry& entry = EntryLocked(name);
+    if (start != nullptr) {
+      // The entry may have changed while this fetch was out. A store value yields only to a
+      // fresh descriptor installed meanwhile (a watch event); a peer's answer vouches only for
+      // the very descriptor it was asked about, so it yields to any change.
+      const bool changed = entry.generation != start->generation;
+      const bool keep_current = start->peer_answer
+                                    ? changed || entry.desc != start->desc
+                                    : changed && entry.desc != nullptr && !entry.stale;
+      if (keep_current) {
+        if (entry.desc == nullptr) {
+          return NotFoundError("segment '" + std::string(name) + "' was dropped meanwhile");
+        }
+        return SegmentHandle{entry.id, entry.desc};
+      }
+    }
     if (entry.desc != nullptr) old_incarnation = entry.desc->incarnation;
     if (entry.desc == nullptr || *entry.desc != *desc) {
       entry.desc = std::move(desc);  // the atomic swap: holders of the old pointer keep it
@@ -328,7 +362,9 @@ void SegmentDirectory::OnWatchEvent(const WatchEvent& event) {
     return;
   }
   Install(name, std::make_shared<const SegmentDesc>(std::move(decoded).value()),
-          /*from_store=*/true);
+          /*from_store=*/true)
+      .status()
+      .IgnoreError();  // unconditional: never fails
 }
 
 // ---- SegmentPublisher -------------------------------------------------------------------------
@@ -350,17 +386,25 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) 
     written_.clear();
     attempted_.clear();
   }
+  const std::string meta_key = RpcMetaKey(prefix_, desc.name);
+  const std::string desc_key = SegmentDescKey(prefix_, desc.name);
+  if (LostLocked(desc.name)) {
+    // Even into an absent key: the store may have lost the new holder's entry for a moment
+    // (restarted without data; the holder stopped), and writing ours would take the name back.
+    return AlreadyExistsError("segment name '" + desc.name +
+                              "' was taken over by another engine; not publishing under it "
+                              "(this engine keeps serving its current peers; a new engine "
+                              "init claims the name again)");
+  }
   // rpc_meta first: a peer that sees the descriptor can always find the endpoint. A value the
   // store already holds from us is not written again (the store client keeps leased keys alive
   // and rewrites them after a store restart): rpc_meta goes once per incarnation, and
   // Mooncake's HTTP server refuses a second PUT of it.
-  const std::string meta_key = RpcMetaKey(prefix_, desc.name);
-  const std::string desc_key = SegmentDescKey(prefix_, desc.name);
   for (const auto& [key, value] : {std::pair<const std::string&, const std::string&>{meta_key, rpc_meta},
                                    {desc_key, json}}) {
     auto it = written_.find(key);
     if (it != written_.end() && it->second == value && attempted_.count(key) == 0) continue;
-    RETURN_IF_ERROR(PutOwnedLocked(desc.name, key, value));
+    RETURN_IF_ERROR(PutOwnedLocked(desc.name, desc.incarnation, key, value));
     ++writes_;
   }
   published_name_ = desc.name;
@@ -371,11 +415,64 @@ Status SegmentPublisher::Publish(const SegmentDesc& desc, std::string* encoded) 
 
 void SegmentPublisher::AllowReplacing(std::string key, std::string value) {
   MutexLock lock(mu_);
+  {
+    // A new claim: a name lost before is this publisher's to write again.
+    MutexLock lost(lost_mu_);
+    if (!lost_name_.empty() && (key == SegmentDescKey(prefix_, lost_name_) ||
+                                key == RpcMetaKey(prefix_, lost_name_))) {
+      lost_name_.clear();
+    }
+  }
   replaceable_.insert_or_assign(std::move(key), std::move(value));
 }
 
-Status SegmentPublisher::PutOwnedLocked(const std::string& name, const std::string& key,
-                                        const std::string& value) {
+bool SegmentPublisher::taken_over(std::string_view name) const {
+  if (name.empty()) return false;
+  {
+    MutexLock lost(lost_mu_);
+    if (lost_name_ == name) return true;
+  }
+  return store_->TakenOver(SegmentDescKey(prefix_, name)) ||
+         store_->TakenOver(RpcMetaKey(prefix_, name));
+}
+
+bool SegmentPublisher::LostLocked(const std::string& name) {
+  if (name.empty()) return false;
+  {
+    MutexLock lost(lost_mu_);
+    if (lost_name_ == name) return true;
+  }
+  if (name != published_name_) return false;  // never written: nothing of ours to lose
+  // The store's lease refresh found another engine's value under a key we wrote (and gave the
+  // key up). A key AllowReplacing named since is ours to write again (a new claim).
+  for (const std::string& key : {SegmentDescKey(prefix_, name), RpcMetaKey(prefix_, name)}) {
+    if (replaceable_.count(key) == 0 && store_->TakenOver(key)) {
+      MarkLostLocked(name, "the metadata store's lease refresh found another engine's value "
+                           "under '" + key + "'");
+      return true;
+    }
+  }
+  return false;
+}
+
+void SegmentPublisher::MarkLostLocked(const std::string& name, const std::string& why) {
+  {
+    MutexLock lost(lost_mu_);
+    if (lost_name_ == name) return;
+    lost_name_ = name;
+  }
+  for (const std::string& key : {SegmentDescKey(prefix_, name), RpcMetaKey(prefix_, name)}) {
+    written_.erase(key);
+    attempted_.erase(key);
+    replaceable_.erase(key);
+  }
+  FERRY_LOG(kWarn) << "segment name '" << name << "' was taken over by another engine (" << why
+                   << "): this engine no longer publishes under it; its current peers keep "
+                      "working with it";
+}
+
+Status SegmentPublisher::PutOwnedLocked(const std::string& name, uint64_t incarnation,
+                                        const std::string& key, const std::string& value) {
   // The values `key` may hold that are ours to replace; each also allows an absent key.
   std::vector<std::string> ours;
   for (const auto* held : {&written_, &attempted_, &replaceable_}) {
@@ -388,6 +485,25 @@ Status SegmentPublisher::PutOwnedLocked(const std::string& name, const std::stri
     if (s.code() != StatusCode::kAlreadyExists) break;
   }
   if (s.code() == StatusCode::kAlreadyExists) {
+    // Another value is there. One of ours all the same (an earlier write that failed without an
+    // answer, then landed) carries our incarnation: replace it. Anything else is another
+    // engine's.
+    Result<std::string> held = store_->Get(key);
+    if (held.ok() && IncarnationOf(*held) == incarnation) {
+      s = store_->Put(key, value, {.leased = true, .replaces = *held});
+    } else if (!held.ok() && held.status().code() != StatusCode::kNotFound) {
+      attempted_[key] = value;
+      return held.status().WithContext("checking who holds '" + key + "'");
+    }
+  }
+  if (s.code() == StatusCode::kAlreadyExists) {
+    const bool held_before = written_.count(key) > 0 || attempted_.count(key) > 0;
+    MarkLostLocked(name, "a conditional write of '" + key + "' found another engine's value");
+    if (held_before) {
+      return AlreadyExistsError("segment name '" + name +
+                                "' was taken over by another engine; not overwriting its entry: " +
+                                s.message());
+    }
     return AlreadyExistsError("segment '" + name +
                               "' is held by another engine (it published under this name, or "
                               "took it over); not overwriting its entry: " +
@@ -417,14 +533,25 @@ Status SegmentPublisher::DeleteOwnedLocked(const std::string& key) {
   if (s.code() == StatusCode::kAlreadyExists) {
     FERRY_LOG(kInfo) << "leaving '" << key << "' in place: another engine holds it now";
   }
-  return Status::Ok();
+  return s;
 }
 
 Status SegmentPublisher::Remove() {
   MutexLock lock(mu_);
   if (published_name_.empty()) return Status::Ok();
-  Status a = DeleteOwnedLocked(SegmentDescKey(prefix_, published_name_));
-  Status b = DeleteOwnedLocked(RpcMetaKey(prefix_, published_name_));
+  Status a;
+  Status b;
+  if (!LostLocked(published_name_)) {
+    // The descriptor first: when another engine holds it, the rpc_meta entry is that engine's
+    // too (it may even read the same, an engine restarted in place), and is left alone.
+    a = DeleteOwnedLocked(SegmentDescKey(prefix_, published_name_));
+    if (a.code() == StatusCode::kAlreadyExists) {
+      a = Status::Ok();
+    } else {
+      b = DeleteOwnedLocked(RpcMetaKey(prefix_, published_name_));
+      if (b.code() == StatusCode::kAlreadyExists) b = Status::Ok();
+    }
+  }
   published_name_.clear();
   written_.clear();
   attempted_.clear();

@@ -2,7 +2,7 @@
 // local segment's entries in the store.
 //
 // Keys follow Mooncake's layout: "<prefix>/ram/<segment>" holds the SegmentDesc JSON and
-// "<prefix>/rpc_meta/<segment>" holds {"ip_or_host_name": ..., "rpc_port": ...}.
+// "<prefix>/rpc_meta/<segment>" holds {"ip_or_host_name": ..., "rpc_port": ..., "incarnation": N}.
 //
 // The cache is never the truth. An entry is refreshed:
 //  - by watch events, when the store has a watcher (a put replaces; a delete marks the entry
@@ -51,7 +51,10 @@ namespace ferry {
 
 std::string SegmentDescKey(std::string_view prefix, std::string_view segment);
 std::string RpcMetaKey(std::string_view prefix, std::string_view segment);
-// The rpc_meta value Mooncake's tools read: {"ip_or_host_name": ..., "rpc_port": ...}.
+// The rpc_meta value Mooncake's tools read: {"ip_or_host_name": ..., "rpc_port": ...}, plus the
+// engine's incarnation (Mooncake's readers ignore it), so that the values of two incarnations
+// at the same endpoint differ: an owner's compare-and-delete or lease refresh never mistakes a
+// successor's entry for its own.
 std::string RpcMetaValue(const SegmentDesc& desc);
 
 struct DirectoryOptions {
@@ -147,10 +150,21 @@ class SegmentDirectory {
   // The descriptor the live peer of `cached` serves for itself, when it is that very
   // incarnation; else null. Without directory locks held (it waits on the peer).
   std::shared_ptr<const SegmentDesc> AskPeer(const SegmentDesc& cached) EXCLUDES(mu_);
+  // What a fetch found in the entry when it began, for an install it makes later (Fetch).
+  struct FetchStart {
+    uint64_t generation = 0;
+    std::shared_ptr<const SegmentDesc> desc;  // the cached descriptor, if any
+    bool peer_answer = false;  // installing the peer's own answer (AskPeer), not the store's
+  };
   // Installs `desc` for `name` if it differs; reports a restart. Returns the handle.
   // `from_store`: it came from the store (which therefore has the peer's keys again).
-  SegmentHandle Install(std::string_view name, std::shared_ptr<const SegmentDesc> desc,
-                        bool from_store) EXCLUDES(mu_);
+  // With `start`, the check and the install are one step under mu_: when the entry changed
+  // since the fetch began (another install, a close, an invalidation), a store value is not
+  // installed over a fresh descriptor installed meanwhile, and a peer's answer is not installed
+  // at all (it vouches only for the descriptor it was asked about); the entry's current
+  // descriptor is returned instead, or NotFound when it has none.
+  Result<SegmentHandle> Install(std::string_view name, std::shared_ptr<const SegmentDesc> desc,
+                                bool from_store, const FetchStart* start = nullptr) EXCLUDES(mu_);
   void OnWatchEvent(const WatchEvent& event);
 
   MetadataStore* const store_;
@@ -181,16 +195,29 @@ class SegmentPublisher {
   // fails ValidateSegmentDesc is InvalidArgument and nothing is written. Calls serialize, so
   // the store ends up holding the value of the last call.
   // Names are owned: an entry is written only while it is absent, holds what this publisher
-  // wrote, or holds a value AllowReplacing named (PutOptions::replaces). An entry holding
-  // anything else belongs to another engine: AlreadyExists, and nothing more is written.
+  // wrote (a value carrying desc.incarnation), or holds a value AllowReplacing named
+  // (PutOptions::replaces). An entry holding anything else belongs to another engine:
+  // AlreadyExists, and nothing more is written.
+  // A name once lost stays lost: when another engine took it over (a Put met its value, or the
+  // store's lease refresh did: MetadataStore::TakenOver), this publisher forgets that it ever
+  // wrote the name and every later Publish under it fails AlreadyExists ("... was taken over by
+  // another engine") without writing, even while the store lacks the key (it restarted without
+  // data, the new holder stopped): only a new AllowReplacing (a new claim) writes it again.
+  // Logged once, at warn.
   // On success, `*encoded` (when given) receives the descriptor JSON that was written.
   Status Publish(const SegmentDesc& desc, std::string* encoded = nullptr);
   // Lets the next write of `key` replace `value`, which the caller found there and decided to
   // take over (its engine is dead, or the caller was told to take the name over).
   void AllowReplacing(std::string key, std::string value);
+  // Whether another engine took `name` over from this publisher (see Publish). Also checks what
+  // the store's lease refresh saw, so it turns true without a Publish. Local: never waits on the
+  // store nor on a Publish in progress (an RPC handler may ask).
+  bool taken_over(std::string_view name) const;
   // Deletes both entries of the last published segment (clean shutdown), each only while it
-  // holds what this publisher wrote (MetadataStore::DeleteIf): an entry another engine holds now
-  // is left in place (logged at info). Errors: the store's, when it could not be asked.
+  // holds what this publisher wrote (MetadataStore::DeleteIf); rpc_meta only when the
+  // descriptor was not found holding another engine's value (that engine's rpc_meta is next to
+  // it). An entry another engine holds now is left in place (logged at info). Errors: the
+  // store's, when it could not be asked.
   Status Remove();
   uint64_t publishes() const;
   uint64_t writes() const;  // Puts issued (unchanged values skipped)
@@ -202,11 +229,22 @@ class SegmentPublisher {
   std::string published_name_ GUARDED_BY(mu_);
   uint64_t publishes_ GUARDED_BY(mu_) = 0;
   uint64_t writes_ GUARDED_BY(mu_) = 0;
-  // Writes `value` under `key` if the key is absent or holds one of our values (below).
-  Status PutOwnedLocked(const std::string& name, const std::string& key, const std::string& value)
-      REQUIRES(mu_);
-  // Deletes `key` if it holds one of our values; Ok also when it is absent or another's.
+  // The name `lost_name_` was taken over by another engine (see Publish); empty: not lost.
+  // Its own lock, never held while asking the store: taken_over() must not wait on a Publish.
+  mutable Mutex lost_mu_;  // taken after mu_ where both are held
+  std::string lost_name_ GUARDED_BY(lost_mu_);
+  // Writes `value` under `key` if the key is absent or holds one of our values (below, or one
+  // carrying `incarnation`). AlreadyExists (and the name marked lost) otherwise.
+  Status PutOwnedLocked(const std::string& name, uint64_t incarnation, const std::string& key,
+                        const std::string& value) REQUIRES(mu_);
+  // Deletes `key` if it holds one of our values. Ok when deleted or absent; AlreadyExists when
+  // another engine's value is there (left in place, logged); the store's error otherwise.
   Status DeleteOwnedLocked(const std::string& key) REQUIRES(mu_);
+  // Whether `name` is lost, or the store saw another engine's value under one of its keys (then
+  // marks it lost). `name` is the published one.
+  bool LostLocked(const std::string& name) REQUIRES(mu_);
+  // Marks `name` lost: forgets every value we wrote for it; logs once.
+  void MarkLostLocked(const std::string& name, const std::string& why) REQUIRES(mu_);
 
   std::map<std::string, std::string> written_ GUARDED_BY(mu_);  // key -> value last Put
   // key -> value of a later Put that failed without an answer (it may have landed).

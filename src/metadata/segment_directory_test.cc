@@ -54,6 +54,7 @@ class CountingStore final : public MetadataStore {
     return inner_->List(prefix);
   }
   Watcher* watcher() override { return hide_watch_ ? nullptr : inner_->watcher(); }
+  bool TakenOver(std::string_view key) const override { return inner_->TakenOver(key); }
   void Abandon() override { inner_->Abandon(); }
 
   std::atomic<int> gets{0};
@@ -85,10 +86,14 @@ class SegmentDirectoryTest : public ::testing::Test {
  protected:
   // A fresh shared backend per test: the owner's client and the reader's client.
   void SetUp() override {
-    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    StoreOptions options{.lease_ttl = 1h, .clock = &clock_};
-    owner_ = *CreateMemoryStore("dir-" + name, options);
-    reader_ = *CreateMemoryStore("dir-" + name, options);
+    backend_ = "dir-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    owner_ = Client();
+    reader_ = Client();
+  }
+  // Another client of this test's store: another engine. Leases follow the test's clock, so
+  // they never expire; the lease refresh runs every lease_ttl / 3 all the same.
+  std::unique_ptr<MetadataStore> Client(std::chrono::milliseconds lease_ttl = 1h) {
+    return *CreateMemoryStore(backend_, {.lease_ttl = lease_ttl, .clock = &clock_});
   }
   std::unique_ptr<SegmentDirectory> MakeDirectory(CountingStore* store,
                                                   DirectoryOptions options = {}) {
@@ -99,6 +104,7 @@ class SegmentDirectoryTest : public ::testing::Test {
   }
 
   ManualClock clock_;
+  std::string backend_;
   std::unique_ptr<MetadataStore> owner_;
   std::unique_ptr<MetadataStore> reader_;
 };
@@ -383,6 +389,132 @@ TEST_F(SegmentDirectoryTest, ADeleteEventAsksThePeerBeforeDropping) {
       WaitFor([&] { return dir->Open("node-e").status().code() == StatusCode::kNotFound; }, 5s));
 }
 
+// The store lost a peer's key and a fetch asks the peer; while its answer is on the way, another
+// engine claims the name and a watch event installs it. The old peer's answer, arriving after,
+// must not replace the new holder: that would report a restart new -> old (dropping the links to
+// the new holder) and, with a watch, keep the old engine's descriptor for good.
+TEST_F(SegmentDirectoryTest, APeerAnswerNeverReplacesANewerHolderInstalledMeanwhile) {
+  SegmentPublisher old_holder(owner_.get(), "ferry");
+  ASSERT_TRUE(old_holder.Publish(MakeDesc("node-t", 1)).ok());
+  auto successor_store = Client();
+  SegmentPublisher successor(successor_store.get(), "ferry");
+  CountingStore store(reader_.get(), /*hide_watch=*/false);
+  std::atomic<int> to_successor{0};
+  std::atomic<int> back_to_old{0};
+  std::atomic<bool> take_over_while_asked{false};
+  auto dir = MakeDirectory(
+      &store, {.on_restarted =
+                   [&](std::string_view, uint64_t old_incarnation, uint64_t new_incarnation) {
+                     if (old_incarnation == 1 && new_incarnation == 2) ++to_successor;
+                     if (old_incarnation == 2 && new_incarnation == 1) ++back_to_old;
+                   },
+               .ask_peer = [&](const SegmentDesc& cached) -> Result<std::string> {
+                 if (take_over_while_asked.exchange(false)) {
+                   successor.AllowReplacing(RpcMetaKey("ferry", "node-t"),
+                                            *reader_->Get(RpcMetaKey("ferry", "node-t")));
+                   EXPECT_TRUE(successor.Publish(MakeDesc("node-t", 2)).ok());
+                   EXPECT_TRUE(WaitFor([&] { return to_successor.load() == 1; }, 5s));
+                 }
+                 return EncodeSegmentDesc(MakeDesc("node-t", cached.incarnation));  // alive
+               }});
+  ASSERT_TRUE(dir->watching());
+  Result<SegmentHandle> opened = dir->Open("node-t");
+  ASSERT_TRUE(opened.ok());
+  ASSERT_TRUE(owner_->Delete(SegmentDescKey("ferry", "node-t")).ok());  // the store lost it
+  ASSERT_TRUE(WaitFor([&] { return !dir->Cached(opened->id).ok(); }, 5s));  // event seen
+  take_over_while_asked = true;
+  Result<SegmentHandle> got = dir->Open("node-t");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->desc->incarnation, 2u);
+  EXPECT_EQ(dir->Open("node-t")->desc->incarnation, 2u);
+  EXPECT_EQ(to_successor.load(), 1);
+  EXPECT_EQ(back_to_old.load(), 0) << "the old peer's answer replaced the new holder";
+}
+
+// An engine whose name another engine took over never writes it again, not even while the
+// store lacks the new holder's key (the store restarted without data, the holder stopped): its
+// lease refresh, or its own conditional write, met the other engine's value, and from then on
+// Publish fails AlreadyExists without writing. Only a new claim (AllowReplacing) writes it.
+TEST_F(SegmentDirectoryTest, ANameTakenOverStaysLost) {
+  const std::string desc_key = SegmentDescKey("ferry", "node-l");
+  const std::string meta_key = RpcMetaKey("ferry", "node-l");
+  auto take_over = [&](SegmentPublisher& by, uint64_t incarnation) {
+    for (const std::string& key : {desc_key, meta_key}) {
+      if (Result<std::string> held = reader_->Get(key); held.ok()) by.AllowReplacing(key, *held);
+    }
+    return by.Publish(MakeDesc("node-l", incarnation));
+  };
+  {
+    // The loser's lease refresh (every 100 ms) sees the new holder's value.
+    auto loser_store = Client(300ms);
+    auto holder_store = Client();
+    SegmentPublisher loser(loser_store.get(), "ferry");
+    SegmentPublisher holder(holder_store.get(), "ferry");
+    ASSERT_TRUE(loser.Publish(MakeDesc("node-l", 1)).ok());
+    EXPECT_FALSE(loser.taken_over("node-l"));
+    ASSERT_TRUE(take_over(holder, 2).ok());
+    ASSERT_TRUE(WaitFor([&] { return loser.taken_over("node-l"); }, 5s));
+    ASSERT_TRUE(reader_->Delete(desc_key).ok());  // the store lost the holder's key
+    Status s = loser.Publish(MakeDesc("node-l", 1, 2));  // the loser registers more memory
+    EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s;
+    EXPECT_NE(s.message().find("was taken over by another engine"), std::string::npos) << s;
+    EXPECT_EQ(reader_->Get(desc_key).status().code(), StatusCode::kNotFound)
+        << "the engine that lost the name wrote it again";
+    ASSERT_TRUE(holder.Publish(MakeDesc("node-l", 2, 2)).ok());  // the holder's next write
+    EXPECT_EQ(DecodeSegmentDesc(*reader_->Get(desc_key))->incarnation, 2u);
+    EXPECT_TRUE(loser.Remove().ok());  // the loser stops: the holder's entries stay
+    EXPECT_TRUE(reader_->Get(desc_key).ok());
+    EXPECT_EQ(*reader_->Get(meta_key), RpcMetaValue(MakeDesc("node-l", 2)));
+    ASSERT_TRUE(holder.Remove().ok());
+  }
+  {
+    // No refresh noticed (hour-long leases): the loser's conditional write meets the value.
+    auto loser_store = Client();
+    auto holder_store = Client();
+    SegmentPublisher loser(loser_store.get(), "ferry");
+    SegmentPublisher holder(holder_store.get(), "ferry");
+    ASSERT_TRUE(loser.Publish(MakeDesc("node-l", 3)).ok());
+    ASSERT_TRUE(take_over(holder, 4).ok());
+    EXPECT_FALSE(loser.taken_over("node-l"));
+    Status s = loser.Publish(MakeDesc("node-l", 3, 2));
+    EXPECT_EQ(s.code(), StatusCode::kAlreadyExists) << s;
+    EXPECT_TRUE(loser.taken_over("node-l"));
+    ASSERT_TRUE(reader_->Delete(desc_key).ok());
+    ASSERT_TRUE(reader_->Delete(meta_key).ok());
+    EXPECT_EQ(loser.Publish(MakeDesc("node-l", 3, 3)).code(), StatusCode::kAlreadyExists);
+    EXPECT_EQ(reader_->Get(desc_key).status().code(), StatusCode::kNotFound);
+    // A new claim writes it again.
+    ASSERT_TRUE(holder.Publish(MakeDesc("node-l", 4, 2)).ok());
+    Status claimed = take_over(loser, 3);
+    EXPECT_TRUE(claimed.ok()) << claimed;
+    EXPECT_FALSE(loser.taken_over("node-l"));
+    EXPECT_EQ(DecodeSegmentDesc(*reader_->Get(desc_key))->incarnation, 3u);
+  }
+}
+
+// An engine restarted in place (same host and port, new incarnation) takes its name over from
+// the old process, which stops cleanly after: the old one's clean stop (Remove, then its store
+// client's destructor) must not delete the successor's entries, rpc_meta included, although
+// its rpc_meta names the same endpoint.
+TEST_F(SegmentDirectoryTest, ACleanStopLeavesASuccessorsEntriesAtTheSameEndpoint) {
+  SegmentPublisher old_engine(owner_.get(), "ferry");
+  ASSERT_TRUE(old_engine.Publish(MakeDesc("node-r", 1)).ok());
+  auto successor_store = Client();
+  SegmentPublisher successor(successor_store.get(), "ferry");
+  successor.AllowReplacing(SegmentDescKey("ferry", "node-r"),
+                           *reader_->Get(SegmentDescKey("ferry", "node-r")));
+  successor.AllowReplacing(RpcMetaKey("ferry", "node-r"),
+                           *reader_->Get(RpcMetaKey("ferry", "node-r")));
+  ASSERT_TRUE(successor.Publish(MakeDesc("node-r", 2)).ok());  // same endpoint
+  EXPECT_NE(RpcMetaValue(MakeDesc("node-r", 1)), RpcMetaValue(MakeDesc("node-r", 2)));
+  EXPECT_TRUE(old_engine.Remove().ok());
+  owner_.reset();  // the old engine's store client goes too
+  EXPECT_EQ(DecodeSegmentDesc(*reader_->Get(SegmentDescKey("ferry", "node-r")))->incarnation, 2u);
+  Result<std::string> meta = reader_->Get(RpcMetaKey("ferry", "node-r"));
+  ASSERT_TRUE(meta.ok()) << "the old engine's clean stop deleted its successor's rpc_meta";
+  EXPECT_EQ(*meta, RpcMetaValue(MakeDesc("node-r", 2)));
+}
+
 // Decorator: a store that cannot be reached while `down` is set.
 class UnreachableStore final : public MetadataStore {
  public:
@@ -404,6 +536,7 @@ class UnreachableStore final : public MetadataStore {
     return inner_->List(prefix);
   }
   Watcher* watcher() override { return nullptr; }
+  bool TakenOver(std::string_view) const override { return false; }
   void Abandon() override { inner_->Abandon(); }
   std::atomic<bool> down{false};
   std::atomic<int> gets{0};
@@ -443,7 +576,7 @@ TEST_F(SegmentDirectoryTest, PublisherRejectsInvalidDescriptorsAndWritesRpcMeta)
   ASSERT_TRUE(publisher.Publish(MakeDesc("node-p", 3)).ok());
   Result<std::string> meta = reader_->Get(RpcMetaKey("ferry", "node-p"));
   ASSERT_TRUE(meta.ok());
-  EXPECT_EQ(*meta, R"({"ip_or_host_name":"127.0.0.1","rpc_port":4242})");
+  EXPECT_EQ(*meta, R"({"incarnation":3,"ip_or_host_name":"127.0.0.1","rpc_port":4242})");
   EXPECT_EQ(publisher.publishes(), 1u);
 }
 

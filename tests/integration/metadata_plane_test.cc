@@ -133,7 +133,7 @@ TEST_P(MetadataPlaneTest, TwoClientsSeeEachOthersSegments) {
   EXPECT_EQ(*seen_by_a->desc, MakeDesc("decode-0", 22, 3));
   EXPECT_EQ(*seen_by_b->desc, MakeDesc("prefill-0", 11));
   EXPECT_EQ(*b->Get(RpcMetaKey("ferry", "prefill-0")),
-            R"({"ip_or_host_name":"127.0.0.1","rpc_port":4000})");
+            R"({"incarnation":11,"ip_or_host_name":"127.0.0.1","rpc_port":4000})");
 }
 
 TEST_P(MetadataPlaneTest, ChangesReachOtherClientsWithinASecond) {

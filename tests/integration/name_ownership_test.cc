@@ -1,8 +1,8 @@
 // Names are owned (issue 18): over etcd, redis and ferry-metadata-server, each started on
 // 127.0.0.1 by the test, a segment name held by a live engine (a ferry-test-peer process) is not
 // taken by a second engine unless it is told to; once taken over, the first engine's lease
-// refreshes and clean stop leave the new holder's entries alone, so a third engine still reaches
-// the new holder by name; and a holder that does not answer (frozen) loses its name to the next
+// refreshes, memory calls and clean stop leave the new holder's entries alone, so a third engine
+// still reaches the new holder by name; and a holder that does not answer (frozen) loses its name to the next
 // engine without being told.
 #include <gtest/gtest.h>
 
@@ -131,6 +131,17 @@ TEST_P(NameOwnershipTest, ALiveHolderKeepsItsNameUnlessTakenOverAndADeadOneLoses
         [&] { return first.process->LogTail().find("taken over") != std::string::npos; }, 10s))
         << first.process->LogTail();
   }
+  // The first engine, which lost the name, keeps working for itself: its memory calls succeed
+  // and publish nothing under the name (once it knows; logged once), so the name cannot flip
+  // back to it when the store briefly lacks the new holder's entries.
+  EXPECT_EQ(first.Ask("unregister"), "ok");
+  EXPECT_EQ(first.Ask("register"), "ok");
+  EXPECT_TRUE(testing::WaitFor(
+      [&] {
+        return first.process->LogTail().find("no longer publishes under it") != std::string::npos;
+      },
+      10s))
+      << first.process->LogTail();
   // The first engine stops cleanly: its deletes are conditional, so the second's entries stay.
   EXPECT_TRUE(first.process->WriteLine("exit").ok());
   EXPECT_TRUE(testing::WaitFor([&] { return !first.process->running(); }, 20s));

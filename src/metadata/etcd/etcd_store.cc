@@ -44,6 +44,7 @@ class EtcdStore final : public MetadataStore, public Watcher {
   Status DeleteIf(std::string_view key, std::string_view expected) override;
   Result<std::vector<KeyValue>> List(std::string_view prefix) override;
   Watcher* watcher() override { return this; }
+  bool TakenOver(std::string_view key) const override { return keeper_.WasTakenOver(key); }
   Result<std::unique_ptr<WatchHandle>> Watch(std::string_view prefix,
                                              WatchCallback callback) override;
   void Abandon() override;

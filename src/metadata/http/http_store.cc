@@ -154,6 +154,7 @@ class HttpStore final : public MetadataStore {
   Status DeleteIf(std::string_view key, std::string_view expected) override;
   Result<std::vector<KeyValue>> List(std::string_view prefix) override;
   Watcher* watcher() override { return nullptr; }
+  bool TakenOver(std::string_view key) const override { return keeper_.WasTakenOver(key); }
   void Abandon() override;
 
   // One GET, to learn at creation whether the server answers. Starts the lease keeper.

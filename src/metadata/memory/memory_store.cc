@@ -300,6 +300,7 @@ class MemoryStore final : public MetadataStore, public Watcher {
   }
 
   Watcher* watcher() override { return this; }
+  bool TakenOver(std::string_view key) const override { return keeper_.WasTakenOver(key); }
 
   Result<std::unique_ptr<WatchHandle>> Watch(std::string_view prefix,
                                              WatchCallback callback) override {

@@ -69,6 +69,7 @@ class P2PStoreImpl final : public P2PStore {
   }
 
   Watcher* watcher() override { return nullptr; }
+  bool TakenOver(std::string_view) const override { return false; }  // publishes nowhere
 
   void Abandon() override {}  // nothing is published anywhere but here
 

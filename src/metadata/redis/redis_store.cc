@@ -160,6 +160,7 @@ class RedisStore final : public MetadataStore {
   }
 
   Watcher* watcher() override { return &watcher_; }
+  bool TakenOver(std::string_view key) const override { return keeper_.WasTakenOver(key); }
 
   void Abandon() override {
     keeper_.Stop();  // not under write_mu_: a refresh round in progress takes it
