@@ -82,9 +82,10 @@ struct TransferStatus {
   // Per-task figures (what NIXL users read as telemetry), kept without locks on the data path.
   // A default-constructed (epoch) time point means "not yet".
   std::chrono::steady_clock::time_point submitted_at{};  // submitTransfer accepted it
-  std::chrono::steady_clock::time_point started_at{};    // its first slice went to a transport
-                                                         // (epoch: never, e.g. a local copy)
-  std::chrono::steady_clock::time_point ended_at{};      // it ended (epoch while open)
+  // Its first slices were handed to a transport, or (the transport's queue being full) to the
+  // backlog that hands them over as room frees; epoch: never (e.g. a local copy).
+  std::chrono::steady_clock::time_point started_at{};
+  std::chrono::steady_clock::time_point ended_at{};  // it ended (epoch while open)
   uint32_t retries = 0;  // attempts after the first (reconnect or another transport)
   bool done() const { return state != TransferState::kWaiting && state != TransferState::kPending; }
 };
@@ -189,12 +190,15 @@ class TransferEngine {
   Result<BatchStatus> waitBatch(BatchId batch, std::chrono::milliseconds timeout);
   // Cancels the open tasks of the batch, best effort: what a transport already holds is not
   // recalled. A task not yet handed to a transport (waiting for a descriptor, a connection, a
-  // retry, or room in a full transport queue) ends CANCELED at once (from a full queue: within
-  // milliseconds). A task with slices at a transport submits nothing more (no further slice, no
-  // retry) and ends when those slices report: COMPLETED if they all completed and nothing was
-  // left unsent, CANCELED otherwise, TIMEOUT if its deadline comes first. So a canceled task
-  // moves at most the slices a transport held when cancelBatch was called, and they move before
-  // the task is reported final, never after; per transport:
+  // retry) ends CANCELED at once. One whose slices wait for room in a full transport queue ends
+  // when the backlog job on the peer's worker next runs: within milliseconds, unless that
+  // worker is busy with a blocking step for the same peer (a descriptor fetch or a connect),
+  // bounded by EngineOptions::request_timeout (twice it for a fetch). A task with slices at a
+  // transport submits nothing more (no further slice, no retry) and ends when those slices
+  // report: COMPLETED if they all completed and nothing was left unsent, CANCELED otherwise,
+  // TIMEOUT if its deadline comes first. So a canceled task moves at most the slices a
+  // transport held when cancelBatch was called, and they move before the task is reported
+  // final, never after; per transport:
   //  - tcp: a request written to the connection is applied by the target unless its deadline
   //    passed; the slice reports on the target's reply.
   //  - shm / cxl: this process copies a slice once the target granted it (before its deadline),

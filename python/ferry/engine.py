@@ -12,18 +12,28 @@ context managers; batches report per-task figures and can be awaited from asynci
 Every call that can block or copy releases the GIL.
 Thread contract: an Engine and its Segments may be used from many threads; a Batch, a
 Registration and a ManagedBuffer belong to one thread at a time.
+
+Lifetimes: a Registration, a ManagedBuffer (and every view of it) and a Batch each hold the
+engine itself, so closing (or dropping) the Engine object never unregisters memory that is
+still registered, frees a buffer still viewed, or loses an open batch; the engine stops once
+none of them is left.
 """
 
 import asyncio
 import ctypes
 import dataclasses
+import functools
+import logging
 import os
 import threading
+import weakref
 
 from . import _ferry
 from ._buffers import span_of
-from ._errors import FerryError, InvalidArgumentError, error_from_status
+from ._errors import FerryError, InvalidArgumentError, NotFoundError, error_from_status
 from .topology import local_topology
+
+log = logging.getLogger("ferry")
 
 # Options given in seconds (float) and passed on in milliseconds.
 _SECONDS_OPTIONS = ("task_timeout", "request_timeout", "lease_ttl", "segment_cache_ttl",
@@ -36,8 +46,9 @@ def _error(pair):
 
 @dataclasses.dataclass(frozen=True)
 class BatchStatus:
-    """A batch's summary: state "COMPLETED" when every task completed, "FAILED" / "TIMEOUT" once
-    every task ended and one did not, "PENDING" before."""
+    """A batch's summary: state "COMPLETED" when every task completed; once every task ended
+    and one did not, "FAILED", "TIMEOUT" (the first error was a deadline) or "CANCELED" (it was
+    Batch.cancel()); "PENDING" before."""
 
     state: str
     tasks: int
@@ -83,8 +94,9 @@ class TaskStatus:
 
     @property
     def queued(self):
-        """Seconds from submission to its first slice going out (None: not yet, or a local
-        copy)."""
+        """Seconds from submission to its first slices being handed to a transport (or, the
+        transport's queue being full, to the backlog that hands them over); None: not yet, or
+        a local copy."""
         if self.started_at is None or self.submitted_at is None:
             return None
         return self.started_at - self.submitted_at
@@ -160,12 +172,42 @@ class Segment:
         return f"Segment({self.name!r})"
 
 
+# Registrations whose unregister failed at garbage collection: kept alive (with the caller's
+# memory they hold) until a retry succeeds, since memory still registered may be written by
+# peers. Retried by later register / register_many / Registration.close / Engine.close calls.
+_held_lock = threading.Lock()
+_held = []
+
+
+def _retry_held():
+    with _held_lock:
+        held = list(_held)
+    for reg in held:
+        try:
+            reg._unregister()
+        except FerryError as e:
+            log.debug("still registered, retrying later: %s: %s", reg, e)
+            continue
+        with _held_lock:
+            if reg in _held:
+                _held.remove(reg)
+        log.info("unregistered %s (held since its collection)", reg)
+
+
+def held_registrations():
+    """How many collected Registrations are still held because unregistering them failed."""
+    with _held_lock:
+        return len(_held)
+
+
 class Registration:
     """Memory registered with the engine, until close() (or the end of a ``with`` block, or its
-    garbage collection). Holds the caller's object so that it stays alive meanwhile."""
+    garbage collection). Holds the caller's object, and the engine, so that both stay alive
+    meanwhile. When unregistering fails at garbage collection the error is logged and the
+    object is kept (memory included) until a later retry succeeds (see held_registrations)."""
 
     def __init__(self, engine, spans, batch):
-        self._engine = engine
+        self._core = engine._core
         self._spans = spans
         self._batch = batch
         self._open = True
@@ -183,13 +225,17 @@ class Registration:
         return list(self._spans)
 
     def close(self):
+        """Unregisters (raises when that fails: the memory then stays registered)."""
+        self._unregister()
+        _retry_held()
+
+    def _unregister(self):
         if not self._open:
             return
-        core = self._engine._core
         if self._batch:
-            core.unregister_batch([s.addr for s in self._spans])
+            self._core.unregister_batch([s.addr for s in self._spans])
         else:
-            core.unregister(self._spans[0].addr)
+            self._core.unregister(self._spans[0].addr)
         self._open = False
 
     def __enter__(self):
@@ -198,40 +244,111 @@ class Registration:
     def __exit__(self, *exc):
         self.close()
 
+    def __repr__(self):
+        spans = ", ".join(f"0x{s.addr:x}+{s.length}" for s in self._spans)
+        return f"Registration({spans})"
+
     def __del__(self):
+        if not getattr(self, "_open", False):
+            return
         try:
-            self.close()
-        except Exception:  # noqa: BLE001 (best effort at collection)
-            pass
+            self._unregister()
+        except NotFoundError:
+            self._open = False  # not registered (any more): nothing to hold
+        except Exception as e:  # noqa: BLE001 (never raise at collection)
+            try:
+                log.error("unregistering %s at garbage collection failed: %s; it stays "
+                          "registered (and its memory alive) until a later retry succeeds",
+                          self, e)
+                with _held_lock:
+                    _held.append(self)  # resurrected: collected again once unregistered
+            except Exception:  # noqa: BLE001 (interpreter shutting down)
+                pass
+
+
+@functools.lru_cache(maxsize=64)
+def _view_type(length):
+    # A subclass of the ctypes array: it takes attributes (the owner) and weak references.
+    return type("ManagedBufferView", (ctypes.c_char * length,), {})
+
+
+def _view_gone(buffer_ref, _):
+    # A view's exporter was collected: completes a free() that waited for it.
+    buffer = buffer_ref()
+    if buffer is None:
+        return  # collected with the buffer, whose __del__ frees
+    try:
+        buffer._maybe_release()
+    except Exception as e:  # noqa: BLE001 (runs at collection: never raise)
+        log.error("freeing managed buffer 0x%x after its last view went: %s", buffer.addr, e)
 
 
 class ManagedBuffer:
     """Registered memory ferry allocated (shareable with same-host peers when shm is
-    installed). ``view()`` is a memoryview of it and ``numpy(dtype)`` an array over it; both are
-    valid until free()."""
+    installed). ``view()`` is a memoryview of it and ``numpy(dtype)`` an array over it; each
+    holds this object (and so the engine), so the memory outlives every view. free() (or the
+    end of a ``with`` block, or garbage collection) releases it: at once when no view is alive,
+    otherwise once the last one is dropped; no new view is made after free()."""
 
     def __init__(self, engine, addr, length):
-        self._engine = engine
+        self._core = engine._core
         self.addr = addr
         self.length = length
+        self._views = []  # weak references to the exporters behind the views handed out
+        self._free_requested = False
         self._freed = False
 
     def view(self):
         self._check()
-        return memoryview((ctypes.c_char * self.length).from_address(self.addr)).cast("B")
+        exporter = _view_type(self.length).from_address(self.addr)
+        exporter.owner = self
+        self._views = [r for r in self._views if r() is not None]
+        self._views.append(weakref.ref(exporter, functools.partial(_view_gone,
+                                                                   weakref.ref(self))))
+        return memoryview(exporter).cast("B")
 
     def numpy(self, dtype="uint8"):
         import numpy as np
         return np.frombuffer(self.view(), dtype=dtype)
 
+    @property
+    def views_alive(self):
+        """How many views (memoryviews, arrays over them) still use the memory."""
+        return sum(1 for r in self._views if r() is not None)
+
     def free(self):
+        """Releases the memory now, or (views still alive) once the last view is dropped."""
+        if self._free_requested:
+            return
+        self._free_requested = True
+        if self.views_alive == 0:
+            self._release()
+
+    def _release(self):
         if not self._freed:
-            self._engine._core.free_managed(self.addr, self.length)
+            self._core.free_managed(self.addr, self.length)
             self._freed = True
 
     def _check(self):
-        if self._freed:
+        if self._free_requested:
             raise InvalidArgumentError(f"managed buffer 0x{self.addr:x} was freed")
+
+    def _maybe_release(self):
+        if self._free_requested and self.views_alive == 0:
+            self._release()
+
+    def __del__(self):
+        # Every view holds this object: none is left.
+        if getattr(self, "_freed", True):
+            return
+        try:
+            self._release()
+        except Exception as e:  # noqa: BLE001 (never raise at collection)
+            try:
+                log.error("freeing managed buffer 0x%x at garbage collection failed: %s; it "
+                          "stays allocated until the engine stops", self.addr, e)
+            except Exception:  # noqa: BLE001 (interpreter shutting down)
+                pass
 
     def __enter__(self):
         return self
@@ -246,18 +363,18 @@ class Batch:
     (or free()) releases the batch, cancelling what is still open."""
 
     def __init__(self, engine, batch_id, keepalive):
-        self._engine = engine
+        self._core = engine._core
         self.id = batch_id
         self._keepalive = keepalive
         self._freed = False
 
     def status(self):
         """The summary now (never blocks)."""
-        return BatchStatus._of(self._engine._core.batch_status(self.id))
+        return BatchStatus._of(self._core.batch_status(self.id))
 
     def tasks(self):
         """Each task's status and figures, in submission order."""
-        core = self._engine._core
+        core = self._core
         n = core.batch_status(self.id)["tasks"]
         return [TaskStatus._of(core.task_status(self.id, i)) for i in range(n)]
 
@@ -270,20 +387,20 @@ class Batch:
         bound). Returns the BatchStatus; raises the first error when a task did not complete,
         ferry.TimeoutError when tasks are still open at ``timeout``."""
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        return _raise_if_failed(BatchStatus._of(self._engine._core.wait(self.id, ms)))
+        return _raise_if_failed(BatchStatus._of(self._core.wait(self.id, ms)))
 
     def __await__(self):
-        return self._engine._watcher().wait(self).__await__()
+        return _watcher_for(self._core).wait(self).__await__()
 
     def cancel(self):
-        self._engine._core.cancel(self.id)
+        self._core.cancel(self.id)
 
     def free(self):
         """Releases the batch; open tasks are canceled first (and waited for, within their
         bound)."""
         if self._freed:
             return
-        core = self._engine._core
+        core = self._core
         if not BatchStatus._of(core.batch_status(self.id)).done:
             core.cancel(self.id)
             core.wait(self.id, -1)
@@ -297,6 +414,41 @@ class Batch:
     def __exit__(self, *exc):
         self.free()
 
+    def __del__(self):
+        # Never blocks: open tasks are canceled, and a batch not yet ended (slices still with a
+        # transport, ending by their deadline at the latest) is freed by a later sweep.
+        if getattr(self, "_freed", True):
+            return
+        try:
+            self._core.cancel(self.id)
+            with _orphans_lock:
+                _orphans.append((self._core, self.id, self._keepalive))
+            _sweep_orphans()
+        except Exception:  # noqa: BLE001 (never raise at collection; freed or engine gone)
+            pass
+
+
+# Batches dropped before they ended: (engine, id, the buffers they use), freed once ended by
+# _sweep_orphans (on later submissions, on Engine.close, at the next dropped batch).
+_orphans = []
+_orphans_lock = threading.Lock()
+
+
+def _sweep_orphans():
+    with _orphans_lock:
+        pending = list(_orphans)
+    for entry in pending:
+        core, batch_id, _ = entry
+        try:
+            if not BatchStatus._of(core.batch_status(batch_id)).done:
+                continue
+            core.free(batch_id)
+        except FerryError:
+            pass  # already gone: nothing to free
+        with _orphans_lock:
+            if entry in _orphans:
+                _orphans.remove(entry)
+
 
 def _raise_if_failed(status):
     if status.state != "COMPLETED":
@@ -308,10 +460,12 @@ def _raise_if_failed(status):
 
 class _CompletionWatcher:
     """Resolves asyncio futures of batches from the engine's completion eventfd: one reader per
-    event loop, registered while some batch is awaited in it."""
+    event loop, registered while some batch is awaited in it. The fd has a single reader (a
+    read resets its count, and a loop keeps one reader per fd), so there is one watcher per
+    engine, shared by every Engine object over it (_watcher_for)."""
 
     def __init__(self, core):
-        self._core = core
+        self._core_ref = weakref.ref(core)  # the registry below must not keep the engine alive
         self._fd = core.completion_fd
         self._lock = threading.Lock()
         self._waiters = {}  # loop -> {batch id: [futures]}
@@ -341,10 +495,14 @@ class _CompletionWatcher:
     def _check(self, loop):
         with self._lock:
             pending = dict(self._waiters.get(loop, {}))
+        core = self._core_ref()  # alive while a batch is awaited: the Batch holds it
         finished = {}
         for batch_id, futures in pending.items():
+            if core is None:
+                finished[batch_id] = InvalidArgumentError("the engine stopped")
+                continue
             try:
-                status = BatchStatus._of(self._core.batch_status(batch_id))
+                status = BatchStatus._of(core.batch_status(batch_id))
             except FerryError as e:
                 finished[batch_id] = e
                 continue
@@ -367,6 +525,19 @@ class _CompletionWatcher:
             if loop in self._waiters and not waiting:
                 del self._waiters[loop]
                 loop.remove_reader(self._fd)
+
+
+_watchers = weakref.WeakKeyDictionary()  # engine core -> its _CompletionWatcher
+_watchers_lock = threading.Lock()
+
+
+def _watcher_for(core):
+    with _watchers_lock:
+        watcher = _watchers.get(core)
+        if watcher is None:
+            watcher = _CompletionWatcher(core)
+            _watchers[core] = watcher
+        return watcher
 
 
 class Engine:
@@ -396,19 +567,24 @@ class Engine:
                 opts[key] = value
         core = _ferry.Engine()
         core.init(opts)
-        self._core = core
+        self._core_obj = core
         self._segments = {}
         self._lock = threading.Lock()
-        self._watcher_obj = None
 
     @classmethod
     def _over(cls, core):
         self = cls.__new__(cls)
-        self._core = core
+        self._core_obj = core
         self._segments = {}
         self._lock = threading.Lock()
-        self._watcher_obj = None
         return self
+
+    @property
+    def _core(self):
+        core = self._core_obj
+        if core is None:
+            raise InvalidArgumentError("this ferry.Engine was closed")
+        return core
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -423,15 +599,25 @@ class Engine:
 
     @property
     def completion_fd(self):
-        """An eventfd the engine increments whenever a batch ends (for event loops)."""
+        """An eventfd the engine increments whenever a batch ends, for event loops. It has a
+        single reader, since a read resets the count: ``await batch`` reads it (one reader per
+        engine, whatever the number of Engine objects over it), so do not read it yourself
+        while awaiting batches."""
         return self._core.completion_fd
 
     def topology(self):
         return local_topology()
 
     def close(self):
-        """Drops this object's hold on the engine (it stops once nothing else holds it)."""
-        self._core = None
+        """Drops this object's hold on the engine (it stops once nothing else holds it: open
+        registrations, managed buffers and their views, batches and other Engine objects over
+        it each hold it)."""
+        if self._core_obj is None:
+            return
+        self._core_obj = None
+        self._segments = {}
+        _retry_held()
+        _sweep_orphans()
 
     def __enter__(self):
         return self
@@ -444,6 +630,7 @@ class Engine:
     def register(self, obj, length=None, location=None, remote_accessible=True):
         """Registers ``obj``'s memory (a writable buffer: peers may write into it) and returns a
         Registration (a context manager that unregisters)."""
+        _retry_held()
         span = span_of(obj, length, writable=True, what="register")
         self._core.register(span.addr, span.length, location or span.location,
                             remote_accessible)
@@ -451,6 +638,7 @@ class Engine:
 
     def register_many(self, objs, location=None):
         """Registers several buffers at once (all or nothing)."""
+        _retry_held()
         spans = [span_of(o, writable=True, what="register_many") for o in objs]
         locs = {s.location for s in spans}
         loc = location or (locs.pop() if len(locs) == 1 else "*")
@@ -510,6 +698,8 @@ class Engine:
         reaches their single target after all of them completed. Returns the Batch."""
         if isinstance(requests, Request):
             requests = [requests]
+        if _orphans:
+            _sweep_orphans()
         tuples, keepalive = self._tuples(requests)
         batch_id = self._core.submit(tuples, self._payload(notify))
         return Batch(self, batch_id, keepalive)
@@ -541,10 +731,4 @@ class Engine:
         """Sends a notification now (Busy when the target holds too many)."""
         seg = self.open(segment)
         self._core.send_notify(seg.id, self._payload(payload))
-
-    def _watcher(self):
-        with self._lock:
-            if self._watcher_obj is None:
-                self._watcher_obj = _CompletionWatcher(self._core)
-            return self._watcher_obj
 

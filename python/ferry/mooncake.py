@@ -225,8 +225,10 @@ class TransferEngine:
         return result
 
     def transfer_check_status(self, batch_id):
-        """1 completed, 0 still running, -1 failed (or unknown id), -2 timed out. Once it
-        reports an end (1, -1, -2) the batch is freed."""
+        """1 completed, 0 still running, -1 failed or canceled (or an unknown id), -2 timed
+        out. As Mooncake's: 1 and -1 free the batch (so a later check of that id is -1); -2
+        leaves it allocated (a later check answers -2 again); get_batch_transfer_status([id])
+        frees it."""
         core = self._core
         if core is None:
             log.error("transfer_check_status: the engine is not initialized")
@@ -236,6 +238,9 @@ class TransferEngine:
             state = summary["state"]
             if state in ("PENDING", "WAITING"):
                 return _PENDING
+            if state == "TIMEOUT":
+                log.error("batch %d %s: %s", batch_id, state, _reason(summary))
+                return _TIMED_OUT
             core.free(batch_id)
         except FerryError as e:
             log.error("transfer_check_status(%r): %s", batch_id, e)
@@ -243,7 +248,7 @@ class TransferEngine:
         if state == "COMPLETED":
             return _DONE
         log.error("batch %d %s: %s", batch_id, state, _reason(summary))
-        return _TIMED_OUT if state == "TIMEOUT" else _FAILED
+        return _FAILED
 
     # ---- segments, notifications, probes --------------------------------------------------
 

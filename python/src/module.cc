@@ -222,6 +222,19 @@ py::tuple AddressOf(const py::buffer& obj, bool writable) {
   return out;
 }
 
+// Deletes a PyEngine with the GIL released (the holder's deleter runs with it held).
+struct ReleasingGilDelete {
+  void operator()(PyEngine* engine) const {
+    if (engine == nullptr) return;
+    if (PyGILState_Check() == 0) {
+      delete engine;
+      return;
+    }
+    py::gil_scoped_release release;
+    delete engine;
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_ferry, m) {
@@ -239,7 +252,9 @@ PYBIND11_MODULE(_ferry, m) {
   m.attr("OP_READ") = static_cast<int>(OpCode::kRead);
   m.attr("OP_WRITE") = static_cast<int>(OpCode::kWrite);
 
-  py::class_<PyEngine>(m, "Engine")
+  // The engine is destroyed without the GIL: unregistering and stopping it can wait on peers
+  // (in-flight transfers, the store) for seconds, and other Python threads run meanwhile.
+  py::class_<PyEngine, std::unique_ptr<PyEngine, ReleasingGilDelete>>(m, "Engine")
       .def(py::init<>())
       .def("init",
            [](PyEngine& self, const py::dict& options) {
@@ -308,16 +323,28 @@ PYBIND11_MODULE(_ferry, m) {
       .def(
           "write_bytes",
           [](PyEngine& self, uint64_t addr, const py::buffer& data, int64_t length) {
-            py::buffer_info info = data.request();
-            if (length < 0) length = info.size * info.itemsize;
-            if (static_cast<uint64_t>(length) > static_cast<uint64_t>(info.size * info.itemsize)) {
+            // The bytes in order: only a C-contiguous buffer is one run of them.
+            Py_buffer view;
+            if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+              PyErr_Clear();
               Check(InvalidArgumentError(
-                  "write_bytes_to_buffer: length " + std::to_string(length) + " is past the " +
-                  std::to_string(info.size * info.itemsize) + " bytes given"));
+                  "write_bytes_to_buffer: " + std::string(py::str(py::type::of(data))) +
+                  " is not C-contiguous: make it contiguous first"));
             }
-            // `data` (held by the caller's frame) stays alive and exported meanwhile.
-            py::gil_scoped_release release;
-            Check(self.CopyIn(addr, info.ptr, static_cast<uint64_t>(length)));
+            std::unique_ptr<Py_buffer, void (*)(Py_buffer*)> held(&view, PyBuffer_Release);
+            const auto given = static_cast<uint64_t>(view.len);
+            if (length < 0) length = view.len;
+            if (static_cast<uint64_t>(length) > given) {
+              Check(InvalidArgumentError("write_bytes_to_buffer: length " + std::to_string(length) +
+                                         " is past the " + std::to_string(given) + " bytes given"));
+            }
+            Status s;
+            {
+              // `data` stays exported (held) meanwhile, so it cannot be resized or freed.
+              py::gil_scoped_release release;
+              s = self.CopyIn(addr, view.buf, static_cast<uint64_t>(length));
+            }
+            Check(s);
           },
           py::arg("addr"), py::arg("data"), py::arg("length") = -1)
       .def(

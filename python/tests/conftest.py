@@ -73,10 +73,14 @@ def peer():
     p.stop()
 
 
-def assert_releases_gil(peer, call):
+def assert_releases_gil(peer, call, prepare=None):
     """Runs ``call()`` (which must block until the frozen ``peer`` is thawed) while a second
     thread waits to run: that thread thaws the peer, so the call can only end early if the
     thread got to run during it, i.e. if the call released the GIL. Returns call()'s result.
+
+    ``prepare`` (optional) runs once the peer is frozen and before the thread may run, and its
+    result is call()'s argument: so ``prepare=submit, call=lambda b: b.wait()`` checks the wait
+    alone (a submit that released the GIL cannot pass for it).
 
     A call that kept the GIL would block until its own deadline (the thread cannot run), and the
     thread's event would not be set when it returns. The switch interval is raised meanwhile so
@@ -97,8 +101,10 @@ def assert_releases_gil(peer, call):
     t.start()
     peer.freeze()
     try:
+        if prepare is not None:
+            prepared = prepare()
         go.set()
-        result = call()
+        result = call(prepared) if prepare is not None else call()
         ran_during_call = ran.is_set()
     finally:
         sys.setswitchinterval(old)

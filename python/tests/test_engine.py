@@ -3,7 +3,9 @@ bytearray / memoryview buffers, exceptions with codes, context managers, per-tas
 asyncio, cancel, Stale after a re-registration, and the GIL."""
 
 import asyncio
+import gc
 import hashlib
+import logging
 
 import numpy as np
 import pytest
@@ -147,27 +149,109 @@ def test_stale_after_reregistration_is_never_reaimed(eng, peer):
 
 
 def test_cancel_and_gil_on_a_frozen_peer(eng, peer):
-    data = np.ones(1 << 20, dtype=np.uint8)
+    block = 64 * 1024
+    kv = peer.info["kv_addr"]
+    data = np.full(8 * block, 0xC5, dtype=np.uint8)
     with eng.register(data):
-        eng.open(peer.name).probe()  # connected before the freeze
-        # cancel: a batch to a frozen peer ends at once instead of at its deadline
+        peer.call(cmd="zero")
+        seg = eng.open(peer.name)
+        seg.probe()  # connected before the freeze
+        # cancel: tasks waiting on a frozen peer (for its descriptor, forgotten first) end
+        # CANCELED while it is still frozen, well before the fetch's bound (2 x request_timeout
+        # = 10 s) and their deadline (10 s); a cancel that did nothing leaves them open, and
+        # the wait below raises ferry.TimeoutError.
+        eng._core.close(seg.id)
         peer.freeze()
         try:
-            batch = eng.submit(ferry.Write(data, peer.name, peer.info["kv_addr"]))
+            batch = eng.submit([ferry.Write(data[i * block:(i + 1) * block], seg, kv + i * block)
+                                for i in range(8)])
             batch.cancel()
+            with pytest.raises(ferry.CanceledError) as err:
+                batch.wait(timeout=4)
+            assert err.value.batch_status.state == "CANCELED"
+            assert err.value.batch_status.failed == 8
+            tasks = batch.tasks()
         finally:
             peer.thaw()
-        with batch:
-            try:
-                batch.wait(timeout=30)
-            except ferry.FerryError as e:
-                assert e.batch_status.state in ("FAILED", "CANCELED")
-        # the GIL: a wait, a sync write and a probe on the frozen peer let other threads run
-        def submit_and_wait():
-            with eng.submit(ferry.Write(data, peer.name, peer.info["kv_addr"])) as b:
-                return b.wait().state
+        assert [t.state for t in tasks] == ["CANCELED"] * 8
+        assert all(t.error.code == "Canceled" and t.started_at is None for t in tasks)
+        batch.free()
+        # Nothing of them lands after the peer resumes: this write waits for the descriptor
+        # behind their work on the peer's queue (forgotten again), so once it completed, that
+        # work has run.
+        eng._core.close(seg.id)
+        eng.write(seg, data[:block], kv + 8 * block)
+        assert peer.call(cmd="digest", offset=0, length=8 * block)["sha256"] == \
+            hashlib.sha256(bytes(8 * block)).hexdigest(), "bytes of a canceled write landed"
+        assert peer.call(cmd="digest", offset=8 * block, length=block)["sha256"] == \
+            hashlib.sha256(data[:block].tobytes()).hexdigest()
 
-        assert assert_releases_gil(peer, submit_and_wait) == "COMPLETED"
+        # the GIL: a wait (submitted before the other thread may run, so that only the wait is
+        # checked), a sync write and a probe on the frozen peer let other threads run
+        def wait(batch):
+            with batch:
+                return batch.wait().state
+
         assert assert_releases_gil(
-            peer, lambda: eng.write(peer.name, data, peer.info["kv_addr"]).state) == "COMPLETED"
+            peer, wait, prepare=lambda: eng.submit(ferry.Write(data, peer.name, kv))) == \
+            "COMPLETED"
+        assert assert_releases_gil(
+            peer, lambda: eng.write(peer.name, data, kv).state) == "COMPLETED"
         assert assert_releases_gil(peer, lambda: eng.open(peer.name).probe()) != 0
+
+
+def test_managed_buffer_views_hold_their_memory():
+    e = ferry.Engine(host="127.0.0.1", transports=["tcp"])
+    n = 1 << 16
+    # A view outlives the buffer object and the Engine object: it holds both.
+    a = e.managed_buffer(n).numpy()
+    a[:] = 1
+    e.close()
+    with pytest.raises(ferry.InvalidArgumentError, match="closed"):
+        e.managed_buffer(n)
+    del e
+    gc.collect()
+    a[:] = 2
+    assert int(a.sum()) == 2 * n
+    core = a.base.obj.owner._core  # the engine, kept by the view
+
+    # free() while a view is alive: the memory stays registered until the last view goes
+    mb = a.base.obj.owner
+    v = mb.view()
+    mb.free()
+    with pytest.raises(ferry.InvalidArgumentError, match="freed"):
+        mb.view()
+    assert mb.views_alive == 2
+    del a
+    assert core.read_bytes(mb.addr, 4) == b"\x02" * 4  # still registered (v is alive)
+    del v
+    assert mb.views_alive == 0
+    with pytest.raises(ferry.InvalidArgumentError, match="not inside memory registered"):
+        core.read_bytes(mb.addr, 4)  # freed with the last view
+
+
+def test_registration_failing_to_unregister_at_collection_is_held(peer, caplog):
+    """An unregister that fails at garbage collection (here: a READ into the memory is in
+    flight to a frozen peer, and the drain times out) keeps the Registration, and the memory it
+    holds, until a later retry succeeds."""
+    import ferry.engine as fe
+
+    caplog.set_level(logging.ERROR, logger="ferry")
+    e = ferry.Engine(host="127.0.0.1", transports=["tcp"], task_timeout=10,
+                     unregister_drain_timeout=0.2)
+    data = np.zeros(1 << 16, dtype=np.uint8)
+    reg = e.register(data)
+    e.open(peer.name).probe()  # connected before the freeze
+    peer.freeze()
+    try:
+        batch = e.submit(ferry.Read(data, peer.name, peer.info["src_addr"]))
+        del reg  # collected now; its unregister waits 0.2 s for the READ, then fails
+        assert fe.held_registrations() == 1
+        assert "stays registered" in caplog.text
+    finally:
+        peer.thaw()
+    assert batch.wait(timeout=30).state == "COMPLETED"
+    batch.free()
+    assert (data[:64] == pattern(peer.info["src_seed"], 64)).all()
+    e.close()  # retries: the READ ended, so the unregister succeeds now
+    assert fe.held_registrations() == 0

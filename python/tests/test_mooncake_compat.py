@@ -1,9 +1,11 @@
 """ferry.TransferEngine (Mooncake's API) against a real peer process: every call family, both
 directions, notifications, probes, managed buffers, bad arguments, and the GIL."""
 
+import asyncio
 import hashlib
 import json
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -86,10 +88,9 @@ def test_every_write_family(engine, peer, local):
     # submit + check (bounded poll: this API is a poll)
     b3 = engine.transfer_submit_write(peer.name, addr(local, 30 * BLOCK), kv + 8 * BLOCK, BLOCK)
     assert b3 > 0
-    for _ in range(100000):
-        state = engine.transfer_check_status(b3)
-        if state != 0:
-            break
+    deadline = time.monotonic() + 30
+    while (state := engine.transfer_check_status(b3)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
     assert state == 1
     assert engine.transfer_check_status(b3) == -1  # freed once it reported its end
 
@@ -131,6 +132,14 @@ def test_managed_buffers_notifies_probes_and_segments(engine, peer):
     data = bytes(pattern(9, n))
     assert engine.write_bytes_to_buffer(buf, data, n) == 0
     assert engine.read_bytes_from_buffer(buf, n) == data
+    # only a C-contiguous source is the bytes in order: a strided one is refused, not garbled
+    base = np.arange(64, dtype=np.uint8)
+    for strided in (base[::4], base[32:48][::-1]):
+        assert engine.write_bytes_to_buffer(buf, strided, 16) == -1
+        assert engine.read_bytes_from_buffer(buf, 16) == data[:16]
+    assert engine.write_bytes_to_buffer(buf, np.ascontiguousarray(base[::4]), 16) == 0
+    assert engine.read_bytes_from_buffer(buf, 16) == base[::4].tobytes()
+    assert engine.write_bytes_to_buffer(buf, data[:16], 16) == 0
     kv = peer.info["kv_addr"]
     assert engine.transfer_sync_write(peer.name, buf, kv + 32 * BLOCK, n) == 0
     assert peer.call(cmd="digest", offset=32 * BLOCK, length=n)["sha256"] == \
@@ -148,10 +157,9 @@ def test_managed_buffers_notifies_probes_and_segments(engine, peer):
                                                          "hello"]]
     peer.call(cmd="notify", target=engine.get_local_segment_name(), payload="from decode")
     got = []
-    for _ in range(100000):  # bounded poll
-        got = engine.get_notifies()
-        if got:
-            break
+    deadline = time.monotonic() + 30
+    while not (got := engine.get_notifies()) and time.monotonic() < deadline:  # bounded poll
+        time.sleep(0.001)
     assert [tuple(x) for x in got] == [(peer.name, "from decode")]
     name, msg = got[0]
     assert isinstance(got[0], ferry.TransferNotify) and msg == "from decode"
@@ -234,6 +242,15 @@ def test_protocol_mapping_and_bad_initialize(monkeypatch):
     assert e.initialize("127.0.0.1", "", "tcp", "") == -1
     assert e.transfer_sync_write("x:1", 0, 0, 1) == -1  # not initialized: an error, no crash
     assert e.get_rpc_port() == -1
+    # the compiled core before init: every call a clear error (the C++ engine refuses them)
+    core = ferry._ferry.Engine()
+    with pytest.raises(ferry.InvalidArgumentError, match="not initialized"):
+        core.open("127.0.0.1:1")
+    with pytest.raises(ferry.InvalidArgumentError, match="not initialized"):
+        core.allocate_managed(4096)
+    with pytest.raises(ferry.InvalidArgumentError, match="not initialized"):
+        core.submit([(ferry._ferry.OP_WRITE, 4096, 1, 0, 16, "")])
+    assert (core.rpc_port, core.name, core.completion_fd, core.notifies()) == (0, "", -1, [])
 
 
 def test_blocking_calls_release_the_gil(engine, peer, local):
@@ -241,8 +258,43 @@ def test_blocking_calls_release_the_gil(engine, peer, local):
     assert engine.send_probe(peer.name) == 0  # connected and cached before the peer freezes
     assert assert_releases_gil(
         peer, lambda: engine.transfer_sync_write(peer.name, addr(local), kv, 1 << 20)) == 0
-    assert assert_releases_gil(peer, lambda: engine.get_batch_transfer_status(
-        [engine.batch_transfer_async_write(peer.name, [addr(local)], [kv], [BLOCK])])) == 0
+    # submitted once the peer froze and before the other thread may run: only the wait counts
+    assert assert_releases_gil(
+        peer, lambda b: engine.get_batch_transfer_status([b]),
+        prepare=lambda: engine.batch_transfer_async_write(peer.name, [addr(local)], [kv],
+                                                          [BLOCK])) == 0
     assert assert_releases_gil(peer, lambda: engine.send_probe(peer.name)) == 0
     assert assert_releases_gil(
         peer, lambda: engine.transfer_sync_read(peer.name, addr(local), kv, 1 << 20)) == 0
+
+
+def test_engine_objects_over_one_engine_await_together(engine, peer, local):
+    """engine() gives a new ferry.Engine each call; batches of two of them awaited at once in
+    one loop all complete (the completion fd has one reader per engine)."""
+    kv = peer.info["kv_addr"]
+    e1, e2 = engine.engine(), engine.engine()
+    assert engine.send_probe(peer.name) == 0  # connected before the freeze
+
+    async def main():
+        # Both awaits are in place before anything completes: the peer is frozen meanwhile.
+        peer.freeze()
+        try:
+            batches = [e.submit(ferry.Write(addr(local, i * BLOCK), peer.name, kv + i * BLOCK,
+                                            length=BLOCK))
+                       for i, e in enumerate([e1, e2, e1, e2])]
+            waits = [asyncio.ensure_future(_awaited(b)) for b in batches]
+            await asyncio.sleep(0)  # each wait registers its future and the fd reader
+        finally:
+            peer.thaw()
+        results = await asyncio.wait_for(asyncio.gather(*waits), 15)
+        for b in batches:
+            b.free()
+        return results
+
+    assert [r.state for r in asyncio.run(main())] == ["COMPLETED"] * 4
+    assert peer.call(cmd="digest", offset=0, length=4 * BLOCK)["sha256"] == \
+        digest(local, 0, 4 * BLOCK)
+
+
+async def _awaited(batch):
+    return await batch

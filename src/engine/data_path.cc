@@ -256,7 +256,13 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
   const TransferRequest& r = task->request;
   task->slices.clear();
   {
+    // Only an open task starts a new attempt: once ended (cancelBatch or the deadline got here
+    // first, setting ended_at before taking mu) first_error is its final reason and stays.
     MutexLock lock(task->mu);
+    if (task->ended_at.load() != 0) {
+      return CanceledError("the task ended (" + std::string(TransferStateName(task->state.load())) +
+                           ") before it was planned");
+    }
     task->first_error = Status::Ok();
   }
   // A zero-length request is checked like any other (its local address inside a registered
@@ -638,6 +644,10 @@ void TransferEngine::Impl::AfterBatchEnded(Batch* batch) {
   SegmentId target = 0;
   {
     MutexLock lock(batch->mu);
+    // The "last task ended" moment was seen outside mu: a submitTransfer into this batch may
+    // have added tasks since (seeing the timer armed, it armed none). Then those tasks are open,
+    // the timer is theirs, and the last of them to end comes here again.
+    if (batch->ended.load() != batch->submitted.load()) return;
     batch->ended_cv.NotifyAll();
     if (batch->timer_id != 0) timer_.Cancel(std::exchange(batch->timer_id, 0));
     if (batch->completed.load() == batch->submitted.load()) {

@@ -18,6 +18,7 @@
 // segment, then frees the rest.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,8 @@ class TransferEngine::Impl final : public TransportContext {
   ~Impl() override;
 
   Status Init(const EngineOptions& options);
+  // Init succeeded: the facade refuses every other call until then.
+  bool ready() const { return ready_.load(); }
   const std::string& name() const { return name_; }
   uint16_t rpc_port() const;
 
@@ -150,6 +153,7 @@ class TransferEngine::Impl final : public TransportContext {
   // Declared before everything that ends tasks, so that it outlives them (completionFd()).
   UniqueFd completion_fd_;
   uint64_t incarnation_ = 0;
+  std::atomic<bool> ready_{false};  // set last in Init
   std::string name_;
   // What peers are told (EngineOptions::advertise_host, resolved) and where listeners without
   // an explicit port bind (EngineOptions::port_range, parsed); fixed after Init.

@@ -1,5 +1,7 @@
 #include "ferry/transfer_engine.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -42,6 +44,17 @@ std::string_view TransferStateName(TransferState state) {
 
 namespace {
 
+// A (un)registration is done when the name it would be published under was taken over by
+// another engine: the memory serves this engine's local side and its current peers, and the
+// loss was logged once when the publisher learned it (SegmentPublisher::Publish).
+Status PublishedOrNameLost(Status published, const SegmentPublisher& publisher,
+                           std::string_view name) {
+  if (published.code() == StatusCode::kAlreadyExists && publisher.taken_over(name)) {
+    return Status::Ok();
+  }
+  return published;
+}
+
 uint64_t NewIncarnation() {
   std::random_device rd;
   uint64_t id = 0;
@@ -49,34 +62,69 @@ uint64_t NewIncarnation() {
   return id;
 }
 
-// With P2PHANDSHAKE peers reach a segment at the address its name gives: "host:port" must name
-// this engine's RPC port; a bare host ("10.0.0.1", "localhost", "::1", "[::1]") gets the port
-// appended, as Mooncake does.
+// True for an IPv6 literal (without brackets or a zone).
+bool IsIpv6Literal(const std::string& host) {
+  in6_addr addr{};
+  return inet_pton(AF_INET6, host.c_str(), &addr) == 1;
+}
+
+// True for a host that means "every interface" in any spelling ("0.0.0.0", "::", "0:0::0",
+// "*", ...): nobody can dial it.
+bool IsAnyAddress(const std::string& host) {
+  if (IsWildcardHost(host)) return true;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&v6);
+  in_addr v4{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && v4.s_addr == INADDR_ANY;
+}
+
+// With P2PHANDSHAKE peers reach a segment at the address its name gives: "host:port" (IPv6 in
+// brackets) must name this engine's RPC port; a bare host ("10.0.0.1", "localhost", "::1",
+// "[::1]") gets the port appended, as Mooncake does. Refused (InvalidArgument): a host that is
+// neither a name nor an IP literal ("abc:def" is a host with a port that is not a number), an
+// empty port ("1.2.3.4:"), and a wildcard ("0.0.0.0", "::"), which peers cannot dial.
 Result<std::string> P2PSegmentName(const std::string& name, uint16_t rpc_port) {
   auto refuse = [&](const std::string& why) {
     return InvalidArgumentError(
         "with P2PHANDSHAKE the segment name must be host or host:" + std::to_string(rpc_port) +
         " (the RPC port), not '" + name + "': " + why);
   };
-  if (Result<HostPort> named = PeerOfKey(name); named.ok()) {
-    if (named->port != rpc_port) {
-      return refuse("port " + std::to_string(named->port) + " is not the RPC port");
+  std::string host;
+  std::optional<std::string> port;
+  if (!name.empty() && name.front() == '[') {
+    const size_t close = name.find(']');
+    if (close == std::string::npos) return refuse("unterminated [IPv6] host");
+    host = name.substr(1, close - 1);
+    if (!IsIpv6Literal(host)) return refuse("'" + host + "' in brackets is not an IPv6 address");
+    const std::string rest = name.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return refuse("text after the [IPv6] host");
+      port = rest.substr(1);
     }
-    return name;
+  } else if (std::count(name.begin(), name.end(), ':') > 1) {
+    // Unbracketed: an IPv6 literal without a port, and nothing else.
+    if (!IsIpv6Literal(name)) return refuse("not a host name, host:port or an IP literal");
+    host = name;
+  } else if (const size_t colon = name.find(':'); colon != std::string::npos) {
+    host = name.substr(0, colon);
+    port = name.substr(colon + 1);
+  } else {
+    host = name;
   }
-  std::string host = name;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
+  if (port.has_value() && port->empty()) return refuse("the port after ':' is empty");
+  if (IsAnyAddress(host)) {
+    return refuse("'" + host +
+                  "' means every interface, and peers cannot dial it: name an address of this "
+                  "host (or leave the name empty and set advertise_host)");
   }
-  const std::string with_port = HostPort{host, rpc_port}.ToString();
-  Result<HostPort> parsed = ParseHostPort(with_port, "P2P segment name");
+  const std::string host_text = IsIpv6Literal(host) ? "[" + host + "]" : host;
+  Result<HostPort> parsed =
+      ParseHostPort(host_text + ":" + port.value_or(std::to_string(rpc_port)), "P2P segment name");
   if (!parsed.ok()) return refuse(parsed.status().message());
-  // An IPv6 literal takes brackets, and only those: "1:2" is neither a host nor host:port.
-  if (host.find(':') != std::string::npos &&
-      host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) {
-    return refuse("not a host name or an IP literal");
+  if (parsed->port != rpc_port) {
+    return refuse("port " + std::to_string(parsed->port) + " is not the RPC port");
   }
-  return with_port;
+  return parsed->ToString();
 }
 
 }  // namespace
@@ -189,6 +237,7 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   RETURN_IF_ERROR(Publish());
   timer_.Start();
   SweepIdleLinks();
+  ready_.store(true);
   FERRY_LOG(kInfo) << "engine '" << name_ << "' up, incarnation " << incarnation_;
   return Status::Ok();
 }
@@ -352,7 +401,7 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
   }
   Result<std::vector<uint64_t>> registered = registry_->RegisterBatch(specs);
   if (!registered.ok()) return fail(registered.status());
-  return publish ? Publish() : Status::Ok();
+  return publish ? PublishedOrNameLost(Publish(), *publisher_, name_) : Status::Ok();
 }
 
 Status TransferEngine::Impl::UnregisterMemory(const std::vector<void*>& addrs, bool publish) {
@@ -362,7 +411,7 @@ Status TransferEngine::Impl::UnregisterMemory(const std::vector<void*>& addrs, b
       starts.size() == 1 ? registry_->Unregister(starts[0]) : registry_->UnregisterBatch(starts);
   if (!s.ok() && s.code() != StatusCode::kInternal) return s;  // nothing (or not all) removed
   if (publish) {
-    Status p = Publish();
+    Status p = PublishedOrNameLost(Publish(), *publisher_, name_);
     if (s.ok()) return p;
   }
   return s;
@@ -508,6 +557,20 @@ Result<AccessPin> TransferEngine::Impl::PinRemoteAccess(uint64_t addr, uint64_t 
 
 // ---- the facade ----------------------------------------------------------------------------
 
+namespace {
+
+// What every call but init() answers until init() succeeded.
+Status NotInitialized(std::string_view call) {
+  return InvalidArgumentError(std::string(call) +
+                              ": the engine is not initialized (init() was not called, or it "
+                              "failed)");
+}
+
+}  // namespace
+
+#define FERRY_REQUIRE_INIT(call) \
+  if (!impl_->ready()) return NotInitialized(call)
+
 TransferEngine::TransferEngine() : impl_(std::make_unique<Impl>()) {}
 TransferEngine::~TransferEngine() = default;
 
@@ -522,67 +585,105 @@ Status TransferEngine::init(const std::string& metadata_conn, const std::string&
 }
 
 Status TransferEngine::init(const EngineOptions& options) { return impl_->Init(options); }
-std::string TransferEngine::localSegmentName() const { return impl_->name(); }
-uint16_t TransferEngine::rpcPort() const { return impl_->rpc_port(); }
+std::string TransferEngine::localSegmentName() const {
+  return impl_->ready() ? impl_->name() : std::string();
+}
+uint16_t TransferEngine::rpcPort() const { return impl_->ready() ? impl_->rpc_port() : 0; }
 
 Status TransferEngine::registerLocalMemory(void* addr, size_t length, const std::string& location,
                                            bool remote_accessible, bool update_metadata) {
+  FERRY_REQUIRE_INIT("registerLocalMemory");
   return impl_->RegisterMemory({{addr, length}}, location, remote_accessible, update_metadata);
 }
 Status TransferEngine::unregisterLocalMemory(void* addr, bool update_metadata) {
+  FERRY_REQUIRE_INIT("unregisterLocalMemory");
   return impl_->UnregisterMemory({addr}, update_metadata);
 }
 Status TransferEngine::registerLocalMemoryBatch(const std::vector<BufferEntry>& buffers,
                                                 const std::string& location) {
+  FERRY_REQUIRE_INIT("registerLocalMemoryBatch");
   return impl_->RegisterMemory(buffers, location, true, true);
 }
 Status TransferEngine::unregisterLocalMemoryBatch(const std::vector<void*>& addrs) {
+  FERRY_REQUIRE_INIT("unregisterLocalMemoryBatch");
   return impl_->UnregisterMemory(addrs, true);
 }
 Status TransferEngine::checkOverlap(void* addr, size_t length) {
+  FERRY_REQUIRE_INIT("checkOverlap");
   return impl_->CheckOverlap(addr, length);
 }
 Result<void*> TransferEngine::allocateManagedBuffer(size_t length, const std::string& location) {
+  FERRY_REQUIRE_INIT("allocateManagedBuffer");
   return impl_->AllocateManaged(length, location);
 }
-Status TransferEngine::freeManagedBuffer(void* addr) { return impl_->FreeManaged(addr); }
+Status TransferEngine::freeManagedBuffer(void* addr) {
+  FERRY_REQUIRE_INIT("freeManagedBuffer");
+  return impl_->FreeManaged(addr);
+}
 Result<SegmentId> TransferEngine::openSegment(const std::string& name) {
+  FERRY_REQUIRE_INIT("openSegment");
   return impl_->OpenSegment(name);
 }
-Status TransferEngine::closeSegment(SegmentId id) { return impl_->CloseSegment(id); }
+Status TransferEngine::closeSegment(SegmentId id) {
+  FERRY_REQUIRE_INIT("closeSegment");
+  return impl_->CloseSegment(id);
+}
 Status TransferEngine::syncSegmentCache(const std::string& name) {
+  FERRY_REQUIRE_INIT("syncSegmentCache");
   return impl_->SyncSegmentCache(name);
 }
-Result<uint64_t> TransferEngine::probeSegment(SegmentId id) { return impl_->Probe(id); }
+Result<uint64_t> TransferEngine::probeSegment(SegmentId id) {
+  FERRY_REQUIRE_INIT("probeSegment");
+  return impl_->Probe(id);
+}
 Result<std::vector<SegmentBuffer>> TransferEngine::getSegmentBuffers(SegmentId id) {
+  FERRY_REQUIRE_INIT("getSegmentBuffers");
   return impl_->SegmentBuffers(id);
 }
 Result<BatchId> TransferEngine::allocateBatchID(size_t batch_size) {
+  FERRY_REQUIRE_INIT("allocateBatchID");
   return impl_->AllocateBatch(batch_size);
 }
-Status TransferEngine::freeBatchID(BatchId batch) { return impl_->FreeBatch(batch); }
+Status TransferEngine::freeBatchID(BatchId batch) {
+  FERRY_REQUIRE_INIT("freeBatchID");
+  return impl_->FreeBatch(batch);
+}
 Status TransferEngine::submitTransfer(BatchId batch, const std::vector<TransferRequest>& requests) {
+  FERRY_REQUIRE_INIT("submitTransfer");
   return impl_->Submit(batch, requests, nullptr);
 }
 Status TransferEngine::submitTransferWithNotify(BatchId batch,
                                                 const std::vector<TransferRequest>& requests,
                                                 const NotifyMessage& notify) {
+  FERRY_REQUIRE_INIT("submitTransferWithNotify");
   return impl_->Submit(batch, requests, &notify);
 }
 Result<TransferStatus> TransferEngine::getTransferStatus(BatchId batch, size_t task_id) {
+  FERRY_REQUIRE_INIT("getTransferStatus");
   return impl_->TaskStatus(batch, task_id);
 }
 Result<BatchStatus> TransferEngine::getBatchTransferStatus(BatchId batch) {
+  FERRY_REQUIRE_INIT("getBatchTransferStatus");
   return impl_->Summary(batch);
 }
 Result<BatchStatus> TransferEngine::waitBatch(BatchId batch, std::chrono::milliseconds timeout) {
+  FERRY_REQUIRE_INIT("waitBatch");
   return impl_->WaitBatch(batch, timeout);
 }
-Status TransferEngine::cancelBatch(BatchId batch) { return impl_->CancelBatch(batch); }
-int TransferEngine::completionFd() const { return impl_->completion_fd(); }
-std::vector<NotifyMessage> TransferEngine::getNotifies() { return impl_->TakeNotifies(); }
+Status TransferEngine::cancelBatch(BatchId batch) {
+  FERRY_REQUIRE_INIT("cancelBatch");
+  return impl_->CancelBatch(batch);
+}
+int TransferEngine::completionFd() const { return impl_->ready() ? impl_->completion_fd() : -1; }
+std::vector<NotifyMessage> TransferEngine::getNotifies() {
+  if (!impl_->ready()) return {};
+  return impl_->TakeNotifies();
+}
 Status TransferEngine::sendNotify(SegmentId target, const NotifyMessage& notify) {
+  FERRY_REQUIRE_INIT("sendNotify");
   return impl_->SendNotify(target, notify);
 }
+
+#undef FERRY_REQUIRE_INIT
 
 }  // namespace ferry

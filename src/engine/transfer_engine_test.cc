@@ -25,13 +25,23 @@ TEST(TransferEngineTest, InitValidatesItsOptions) {
   TransferEngine engine;
   EXPECT_EQ(engine.init("zookeeper://h:1", "", "127.0.0.1", 0).code(),
             StatusCode::kInvalidArgument);
-  // With P2PHANDSHAKE the name is the address peers use: a port other than the RPC port, or
-  // text that is no host, is refused (a bare host gets the port: P2PNameTakesTheRpcPort).
-  for (const char* bad : {"127.0.0.1:1", "not a host", "host:port", "[::1]:1"}) {
+  // With P2PHANDSHAKE the name is the address peers use: a port other than the RPC port, an
+  // empty port, text that is no host (an unbracketed "a:b" is a host and a port), brackets
+  // around something that is not IPv6, and a wildcard host (nobody can dial it) are refused (a
+  // bare host gets the port: P2PNameTakesTheRpcPort).
+  for (const char* bad : {"127.0.0.1:1", "not a host", "host:port", "[::1]:1", "abc:def",
+                          "1.2.3.4:", "[::1]:", "1:2:3", "[abc]", "[1.2.3.4]", "[::1"}) {
     TransferEngine p2p_named;
     Status s = p2p_named.init("P2PHANDSHAKE", bad, "127.0.0.1", 0);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << bad << ": " << s;
   }
+  for (const char* wildcard : {"0.0.0.0", "::", "[::]", "0:0::0", "*"}) {
+    TransferEngine p2p_named;
+    Status s = p2p_named.init("P2PHANDSHAKE", wildcard, "127.0.0.1", 0);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << wildcard << ": " << s;
+    EXPECT_NE(s.message().find("advertise_host"), std::string::npos) << s;
+  }
+  // Every call but init() fails cleanly, naming the cause, before init() and after it failed.
   Status s;
   TransferEngine bad_transport;
   EngineOptions options;
@@ -39,6 +49,25 @@ TEST(TransferEngineTest, InitValidatesItsOptions) {
   s = bad_transport.init(options);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("tcp"), std::string::npos) << s;
+  TransferEngine never_started;
+  for (TransferEngine* e : {&never_started, &bad_transport}) {
+    char byte = 0;
+    Status opened = e->openSegment("127.0.0.1:1").status();
+    EXPECT_EQ(opened.code(), StatusCode::kInvalidArgument) << opened;
+    EXPECT_NE(opened.message().find("init()"), std::string::npos) << opened;
+    EXPECT_EQ(e->registerLocalMemory(&byte, 1).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->unregisterLocalMemory(&byte).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->allocateManagedBuffer(4096).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->allocateBatchID(1).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->submitTransfer(1, {}).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->waitBatch(1, 1ms).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->cancelBatch(1).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->sendNotify(1, {"", "x"}).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->rpcPort(), 0);
+    EXPECT_EQ(e->completionFd(), -1);
+    EXPECT_EQ(e->localSegmentName(), "");
+    EXPECT_TRUE(e->getNotifies().empty());
+  }
   TransferEngine ok;
   ASSERT_TRUE(ok.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());
   EXPECT_EQ(ok.init("P2PHANDSHAKE", "", "127.0.0.1", 0).code(), StatusCode::kBusy);
@@ -48,11 +77,12 @@ TEST(TransferEngineTest, InitValidatesItsOptions) {
 // With P2PHANDSHAKE a bare host is a name: the engine appends its RPC port (as Mooncake does),
 // and a peer reaches it by that name.
 TEST(TransferEngineTest, P2PNameTakesTheRpcPort) {
-  for (const std::string host : {"127.0.0.1", "::1", "[::1]"}) {
+  for (const std::string host : {"127.0.0.1", "::1", "[::1]", "fe80::1"}) {
     TransferEngine engine;
     Status s = engine.init("P2PHANDSHAKE", host, "127.0.0.1", 0);
     ASSERT_TRUE(s.ok()) << host << ": " << s;
-    const std::string bare = host == "127.0.0.1" ? host : "[::1]";
+    std::string bare = "[" + host + "]";
+    if (host == "127.0.0.1" || host.front() == '[') bare = host;
     EXPECT_EQ(engine.localSegmentName(), bare + ":" + std::to_string(engine.rpcPort()));
   }
   TransferEngine target, initiator;

@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ferry/transfer_engine.h"
@@ -220,6 +222,56 @@ TEST_F(EngineApiTest, CancelEndsWaitingTasksAndNothingLandsAfterResume) {
   EXPECT_EQ(peer_.Sum(0, zeros.size()), Fnv(zeros.data(), zeros.size()))
       << "bytes of a canceled write landed";
   EXPECT_TRUE(engine_.freeBatchID(*fresh).ok());
+}
+
+// cancelBatch racing submitTransfer (plans on the submitting thread and on the peer's worker):
+// every task ends COMPLETED or CANCELED, and every CANCELED one carries a Canceled reason (a plan
+// starting after the cancel ended its task must not clear the reason).
+TEST_F(EngineApiTest, CancelRacingSubmitLeavesEveryCanceledTaskItsReason) {
+  Result<SegmentId> target = engine_.openSegment(peer_.name);
+  ASSERT_TRUE(target.ok()) << target.status();
+  constexpr size_t kTasks = 512;
+  constexpr size_t kBlock = 4096;
+  std::vector<TransferRequest> requests;
+  for (size_t i = 0; i < kTasks; ++i) {
+    const size_t offset = (i % 64) * kBlock;
+    requests.push_back(
+        {OpCode::kWrite, local_.data() + offset, *target, peer_.addr + offset, kBlock});
+  }
+  size_t canceled_total = 0;
+  for (int round = 0; round < 4; ++round) {
+    ASSERT_TRUE(engine_.closeSegment(*target).ok());  // not cached: the plans defer and fetch
+    Result<BatchId> batch = engine_.allocateBatchID(kTasks);
+    ASSERT_TRUE(batch.ok());
+    std::atomic<bool> submitted{false};
+    std::thread canceller([&] {
+      // Cancels throughout the submission, then once after it.
+      bool last = false;
+      while (!last) {
+        last = submitted.load();
+        engine_.cancelBatch(*batch).IgnoreError();
+      }
+    });
+    Status s = engine_.submitTransfer(*batch, requests);
+    submitted.store(true);
+    canceller.join();
+    ASSERT_TRUE(s.ok()) << s;
+    Result<BatchStatus> ended = engine_.waitBatch(*batch, 10s);
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    for (size_t i = 0; i < kTasks; ++i) {
+      Result<TransferStatus> t = engine_.getTransferStatus(*batch, i);
+      ASSERT_TRUE(t.ok()) << t.status();
+      if (t->state == TransferState::kCompleted) continue;
+      ASSERT_EQ(t->state, TransferState::kCanceled)
+          << "round " << round << " task " << i << ": " << t->reason;
+      ASSERT_EQ(t->reason.code(), StatusCode::kCanceled)
+          << "round " << round << " task " << i << ": " << t->reason;
+      ++canceled_total;
+    }
+    EXPECT_TRUE(engine_.freeBatchID(*batch).ok());
+  }
+  // The cancels overlap the submissions: some tasks are still waiting for their descriptor.
+  EXPECT_GT(canceled_total, 0u);
 }
 
 }  // namespace
