@@ -33,7 +33,8 @@ bool Asleep(pid_t tid) {
   return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'S';
 }
 
-// Decorator: counts Gets, can hold them back, and can hide the watcher (a store without watch).
+// Decorator: counts Gets, can hold them back or fail them (`down`: the store cannot be reached),
+// and can hide the watcher (a store without watch).
 class CountingStore final : public MetadataStore {
  public:
   CountingStore(MetadataStore* inner, bool hide_watch) : inner_(inner), hide_watch_(hide_watch) {}
@@ -41,6 +42,7 @@ class CountingStore final : public MetadataStore {
   Result<std::string> Get(std::string_view key) override {
     gets++;
     if (before_get) before_get();
+    if (down.load()) return UnavailableError("store down");
     return inner_->Get(key);
   }
   Status Put(std::string_view key, std::string_view value, const PutOptions& o) override {
@@ -58,6 +60,7 @@ class CountingStore final : public MetadataStore {
   void Abandon() override { inner_->Abandon(); }
 
   std::atomic<int> gets{0};
+  std::atomic<bool> down{false};
   std::function<void()> before_get;  // runs in every Get before it reads; set before use
 
  private:
@@ -515,43 +518,13 @@ TEST_F(SegmentDirectoryTest, ACleanStopLeavesASuccessorsEntriesAtTheSameEndpoint
   EXPECT_EQ(*meta, RpcMetaValue(MakeDesc("node-r", 2)));
 }
 
-// Decorator: a store that cannot be reached while `down` is set.
-class UnreachableStore final : public MetadataStore {
- public:
-  explicit UnreachableStore(MetadataStore* inner) : inner_(inner) {}
-  std::string_view scheme() const override { return inner_->scheme(); }
-  Result<std::string> Get(std::string_view key) override {
-    ++gets;
-    if (down.load()) return UnavailableError("store down");
-    return inner_->Get(key);
-  }
-  Status Put(std::string_view key, std::string_view value, const PutOptions& o) override {
-    return inner_->Put(key, value, o);
-  }
-  Status Delete(std::string_view key) override { return inner_->Delete(key); }
-  Status DeleteIf(std::string_view key, std::string_view expected) override {
-    return inner_->DeleteIf(key, expected);
-  }
-  Result<std::vector<KeyValue>> List(std::string_view prefix) override {
-    return inner_->List(prefix);
-  }
-  Watcher* watcher() override { return nullptr; }
-  bool TakenOver(std::string_view) const override { return false; }
-  void Abandon() override { inner_->Abandon(); }
-  std::atomic<bool> down{false};
-  std::atomic<int> gets{0};
-
- private:
-  MetadataStore* inner_;
-};
-
 // While the store cannot be asked, cached descriptors are served and the store is asked again
 // only once per cache_ttl per segment (not on every request); Sync says Unavailable and keeps
 // the descriptor.
 TEST_F(SegmentDirectoryTest, AnUnreachableStoreIsAskedOncePerTtl) {
   SegmentPublisher publisher(owner_.get(), "ferry");
   ASSERT_TRUE(publisher.Publish(MakeDesc("node-u", 3)).ok());
-  UnreachableStore store(reader_.get());
+  CountingStore store(reader_.get(), /*hide_watch=*/true);
   Result<std::unique_ptr<SegmentDirectory>> dir =
       SegmentDirectory::Create(&store, {.cache_ttl = 1000ms, .clock = &clock_});
   ASSERT_TRUE(dir.ok());
