@@ -16,42 +16,25 @@
 #include "common/wait_for.h"
 #include "transport/conformance/test_context.h"
 #include "transport/samehost/grant_channel.h"
+#include "transport/samehost/grant_test_fixture.h"
 
 namespace ferry::samehost {
 namespace {
 
 using std::chrono::milliseconds;
-using transport_testing::TestContext;
 
-constexpr uint64_t kIncarnation = 77;
+constexpr uint64_t kIncarnation = kGrantTestIncarnation;
 constexpr milliseconds kTimeout{2000};
 constexpr char kSecret[] = "the cluster secret, 32 bytes ...";
 constexpr char kOther[] = "some other secret of 32 bytes ..";
 
-class GrantAuthTest : public ::testing::Test {
+class GrantAuthTest : public GrantServerFixture {
  protected:
-  void SetUp() override {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry-grant-auth-XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-    ctx_.AddRegion(region_.data(), region_.size(), /*generation=*/3, true, "shm");
-  }
-  void TearDown() override {
-    server_.reset();
-    ::rmdir(dir_.c_str());
-  }
-
   void StartServer(const std::string& secret, milliseconds reply_timeout = kTimeout) {
     GrantServer::Options options;
-    options.transport = "shm";
-    options.dir = dir_;
     options.auth_secret = secret;
     options.reply_timeout = reply_timeout;
-    Result<std::unique_ptr<GrantServer>> server = GrantServer::Start(&ctx_, std::move(options));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(server).value();
+    GrantServerFixture::StartServer(std::move(options));
   }
 
   Result<std::unique_ptr<GrantConnection>> Connect(const std::string& secret) {
@@ -72,11 +55,6 @@ class GrantAuthTest : public ::testing::Test {
     EXPECT_EQ(ctx_.active_pins(), 0);
     EXPECT_EQ(server_->held_pins(), 0);
   }
-
-  std::string dir_;
-  std::vector<uint8_t> region_ = std::vector<uint8_t>(4096);
-  TestContext ctx_{kIncarnation};
-  std::unique_ptr<GrantServer> server_;
 };
 
 TEST_F(GrantAuthTest, TheSameSecretIsGranted) {

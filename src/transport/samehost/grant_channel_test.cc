@@ -18,44 +18,23 @@
 #include <thread>
 #include <vector>
 
-#include "transport/conformance/test_context.h"
-#include "transport/samehost/grant_wire.h"
 #include "common/wait_for.h"
+#include "transport/conformance/test_context.h"
+#include "transport/samehost/grant_test_fixture.h"
+#include "transport/samehost/grant_wire.h"
 
 namespace ferry::samehost {
 namespace {
 
 using std::chrono::milliseconds;
-using transport_testing::TestContext;
 
-constexpr uint64_t kIncarnation = 77;
+constexpr uint64_t kIncarnation = kGrantTestIncarnation;
 constexpr milliseconds kTimeout{2000};
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
-class GrantChannelTest : public ::testing::Test {
+class GrantChannelTest : public GrantServerFixture {
  protected:
-  void SetUp() override {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string templ =
-        std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/ferry-grant-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-    ctx_.AddRegion(region_.data(), region_.size(), /*generation=*/3, true, "shm");
-  }
-  void TearDown() override {
-    server_.reset();
-    ::rmdir(dir_.c_str());
-  }
-
-  void StartServer(GrantServer::Options options = {}) {
-    options.transport = "shm";
-    options.dir = dir_;
-    Result<std::unique_ptr<GrantServer>> server = GrantServer::Start(&ctx_, std::move(options));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(server).value();
-  }
-
   std::unique_ptr<GrantConnection> Connect() {
     Result<std::unique_ptr<GrantConnection>> conn =
         GrantConnection::Connect(server_->path(), kTimeout);
@@ -78,11 +57,6 @@ class GrantChannelTest : public ::testing::Test {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     return fd;
   }
-
-  std::string dir_;
-  std::vector<uint8_t> region_ = std::vector<uint8_t>(4096);
-  TestContext ctx_{kIncarnation};
-  std::unique_ptr<GrantServer> server_;
 };
 
 TEST_F(GrantChannelTest, ServesAPrivateSocketUnderTheDirectoryAndRemovesIt) {
