@@ -69,34 +69,9 @@ void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-// Sends raw bytes on a new connection and returns everything the server answers until it
-// closes (or 5 s pass). The request should say "Connection: close". The sending side stays open:
-// cpp-httplib does not answer a peer that has half-closed.
-std::string RawExchange(uint16_t port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  timeval tv{.tv_sec = 5, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  std::string answer;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(request.size())) {
-    char buf[4096];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return answer;
-}
-
-// PUTs `total` bytes of 'x' under `key` with Transfer-Encoding: chunked (64 KiB chunks) on a
-// new connection, and returns the server's answer. The body goes from its own thread, which
-// stops at the first failed send (the server may refuse the body and close) or after 5 s of a
-// full send buffer, so an answer that comes before the body ended is read.
-std::string ChunkedPut(uint16_t port, const std::string& key, size_t total) {
+// A TCP connection to 127.0.0.1:`port` whose sends and receives give up after 5 s; -1 when the
+// connect fails.
+int ConnectLoopback(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -107,6 +82,35 @@ std::string ChunkedPut(uint16_t port, const std::string& key, size_t total) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends raw bytes on a new connection and returns everything the server answers until it
+// closes (or 5 s pass). The request should say "Connection: close". The sending side stays open:
+// cpp-httplib does not answer a peer that has half-closed.
+std::string RawExchange(uint16_t port, const std::string& request) {
+  const int fd = ConnectLoopback(port);
+  std::string answer;
+  if (fd >= 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  }
+  if (fd >= 0) ::close(fd);
+  return answer;
+}
+
+// PUTs `total` bytes of 'x' under `key` with Transfer-Encoding: chunked (64 KiB chunks) on a
+// new connection, and returns the server's answer. The body goes from its own thread, which
+// stops at the first failed send (the server may refuse the body and close) or after 5 s of a
+// full send buffer, so an answer that comes before the body ended is read.
+std::string ChunkedPut(uint16_t port, const std::string& key, size_t total) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) {
     return "connect failed";
   }
   auto send_all = [fd](const std::string& bytes) {
