@@ -86,7 +86,16 @@ std::optional<uint16_t> ParsePort(std::string_view text) {
 }  // namespace
 
 bool IsWildcardHost(std::string_view host) {
-  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" || host == "*";
+  if (host.empty() || host == "*") return true;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  // Any spelling of the unspecified address: "0.0.0.0", "::", "0:0::0", "::0", ...
+  const std::string text(host);
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&v6);
+  in_addr v4{};
+  return inet_pton(AF_INET, text.c_str(), &v4) == 1 && v4.s_addr == INADDR_ANY;
 }
 
 bool IsLoopbackHost(std::string_view host) {

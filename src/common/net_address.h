@@ -18,8 +18,9 @@
 
 namespace ferry {
 
-// True for the hosts that mean "every interface": "", "0.0.0.0", "::", "[::]", "*". Peers can
-// never dial such an address, so it is never published.
+// True for the hosts that mean "every interface": "", "*" and any spelling of the unspecified
+// address ("0.0.0.0", "::", "[::]", "0:0::0", ...). Peers can never dial such an address, so it
+// is never published.
 bool IsWildcardHost(std::string_view host);
 
 // True for "localhost" (and "localhost.", "*.localhost"), 127.0.0.0/8, ::1 and ::ffff:127.x.y.z:

@@ -10,8 +10,12 @@ namespace ferry {
 namespace {
 
 TEST(NetAddressTest, WildcardAndLoopbackHosts) {
-  for (const char* h : {"", "0.0.0.0", "::", "[::]", "*"}) EXPECT_TRUE(IsWildcardHost(h)) << h;
-  for (const char* h : {"127.0.0.1", "10.0.0.1", "localhost"}) EXPECT_FALSE(IsWildcardHost(h));
+  for (const char* h : {"", "0.0.0.0", "::", "[::]", "*", "0:0::0", "::0", "[0:0::0]"}) {
+    EXPECT_TRUE(IsWildcardHost(h)) << h;
+  }
+  for (const char* h : {"127.0.0.1", "10.0.0.1", "localhost", "::1", "[::1]"}) {
+    EXPECT_FALSE(IsWildcardHost(h)) << h;
+  }
   for (const char* h :
        {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "a.localhost", "::ffff:127.0.0.1"}) {
     EXPECT_TRUE(IsLoopbackHost(h)) << h;

@@ -117,7 +117,7 @@ struct Batch : std::enable_shared_from_this<Batch> {
   std::atomic<size_t> ended{0};  // tasks ended; incremented after completed / failed
 
   BatchStatus Summary();
-  bool done() { return completed.load() + failed.load() >= submitted.load(); }
+  bool done() { return ended.load() >= submitted.load(); }  // the one "all ended" test
 };
 
 }  // namespace ferry::engine

@@ -42,6 +42,7 @@
 #include "metadata/p2p/rpc_descriptor_source.h"
 #include "metadata/segment_directory.h"
 #include "registry/local_registry.h"
+#include "rpc/messages.h"
 #include "rpc/rpc_client.h"
 #include "rpc/rpc_server.h"
 #include "transport/transport.h"
@@ -72,6 +73,9 @@ class TransferEngine::Impl final : public TransportContext {
   Status CloseSegment(SegmentId id);
   Status SyncSegmentCache(const std::string& name);
   Result<uint64_t> Probe(SegmentId id);
+  // Asks the engine at `desc`'s RPC endpoint who it is; `answers_as_desc` (when given) is set to
+  // whether that is the very engine `desc` describes (its name and incarnation).
+  Result<ProbeResponse> ProbePeer(const SegmentDesc& desc, bool* answers_as_desc);
   Result<std::vector<SegmentBuffer>> SegmentBuffers(SegmentId id);
   Status SendNotify(SegmentId target, const NotifyMessage& notify);
   std::vector<NotifyMessage> TakeNotifies() { return notify_box_->TakeAll(); }

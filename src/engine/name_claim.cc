@@ -46,12 +46,10 @@ Status TransferEngine::Impl::ClaimName() {
     who = "a descriptor that does not decode (" + holder.status().message() + ")";
   } else {
     who = HolderText(*holder);
-    Result<std::string> reply =
-        rpc_client_->Call(HostPort{holder->rpc.host, holder->rpc.port}, ToWire(RpcType::kProbe),
-                          "", options_.request_timeout);
+    bool same = false;
+    Result<ProbeResponse> reply = ProbePeer(*holder, &same);
     if (reply.ok()) {
-      Result<ProbeResponse> probe = UnpackProbeResponse(*reply);
-      live = probe.ok() && probe->incarnation == holder->incarnation && probe->name == name_;
+      live = same && holder->name == name_;
     } else if (reply.status().code() == StatusCode::kPermissionDenied) {
       // Something answers there and refuses us (another cluster secret): it may well be the
       // holder, so the name is not taken from it without being told to.

@@ -68,16 +68,6 @@ bool IsIpv6Literal(const std::string& host) {
   return inet_pton(AF_INET6, host.c_str(), &addr) == 1;
 }
 
-// True for a host that means "every interface" in any spelling ("0.0.0.0", "::", "0:0::0",
-// "*", ...): nobody can dial it.
-bool IsAnyAddress(const std::string& host) {
-  if (IsWildcardHost(host)) return true;
-  in6_addr v6{};
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_UNSPECIFIED(&v6);
-  in_addr v4{};
-  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && v4.s_addr == INADDR_ANY;
-}
-
 // With P2PHANDSHAKE peers reach a segment at the address its name gives: "host:port" (IPv6 in
 // brackets) must name this engine's RPC port; a bare host ("10.0.0.1", "localhost", "::1",
 // "[::1]") gets the port appended, as Mooncake does. Refused (InvalidArgument): a host that is
@@ -112,7 +102,7 @@ Result<std::string> P2PSegmentName(const std::string& name, uint16_t rpc_port) {
     host = name;
   }
   if (port.has_value() && port->empty()) return refuse("the port after ':' is empty");
-  if (IsAnyAddress(host)) {
+  if (IsWildcardHost(host)) {
     return refuse("'" + host +
                   "' means every interface, and peers cannot dial it: name an address of this "
                   "host (or leave the name empty and set advertise_host)");
@@ -218,11 +208,8 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   // it only when it names the very incarnation cached. A peer that is gone does not answer, and
   // a restarted one answers as another incarnation: either is dropped (never re-aimed).
   directory.ask_peer = [this](const SegmentDesc& cached) -> Result<std::string> {
-    return rpc_client_->Call(HostPort{cached.rpc.host, cached.rpc.port},
-                             ToWire(RpcType::kGetSegmentDesc),
-                             PackGetSegmentDescRequest(
-                                 SegmentDescKey(options_.metadata_prefix, cached.name)),
-                             options_.request_timeout);
+    return p2p_source_->FetchFromPeer(HostPort{cached.rpc.host, cached.rpc.port},
+                                      SegmentDescKey(options_.metadata_prefix, cached.name));
   };
   ASSIGN_OR_RETURN(directory_, SegmentDirectory::Create(store_.get(), std::move(directory)));
   publisher_ = std::make_unique<SegmentPublisher>(store_.get(), options_.metadata_prefix);
@@ -492,17 +479,27 @@ Status TransferEngine::Impl::SyncSegmentCache(const std::string& name) {
 
 Result<uint64_t> TransferEngine::Impl::Probe(SegmentId id) {
   ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Get(id));
-  HostPort peer{handle.desc->rpc.host, handle.desc->rpc.port};
-  ASSIGN_OR_RETURN(std::string reply,
-                   rpc_client_->Call(peer, ToWire(RpcType::kProbe), "", options_.request_timeout));
-  ASSIGN_OR_RETURN(ProbeResponse probe, UnpackProbeResponse(reply));
-  if (probe.incarnation != handle.desc->incarnation || probe.name != handle.desc->name) {
+  bool same = false;
+  ASSIGN_OR_RETURN(ProbeResponse probe, ProbePeer(*handle.desc, &same));
+  if (!same) {
     directory_->Invalidate(handle.desc->name);
     return StaleError("segment '" + handle.desc->name + "' restarted (incarnation " +
                       std::to_string(probe.incarnation) + ", cached " +
                       std::to_string(handle.desc->incarnation) + ")");
   }
   return probe.incarnation;
+}
+
+Result<ProbeResponse> TransferEngine::Impl::ProbePeer(const SegmentDesc& desc,
+                                                      bool* answers_as_desc) {
+  ASSIGN_OR_RETURN(std::string reply,
+                   rpc_client_->Call(HostPort{desc.rpc.host, desc.rpc.port},
+                                     ToWire(RpcType::kProbe), "", options_.request_timeout));
+  ASSIGN_OR_RETURN(ProbeResponse probe, UnpackProbeResponse(reply));
+  if (answers_as_desc != nullptr) {
+    *answers_as_desc = probe.incarnation == desc.incarnation && probe.name == desc.name;
+  }
+  return probe;
 }
 
 Result<std::vector<SegmentBuffer>> TransferEngine::Impl::SegmentBuffers(SegmentId id) {
