@@ -198,4 +198,16 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
   return extend(crc, data, n);
 }
 
+std::string Hex32(uint32_t v) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x00000000";
+  for (int i = 0; i < 8; ++i) out[9 - i] = kDigits[(v >> (4 * i)) & 0xf];
+  return out;
+}
+
+std::string Crc32cMismatchText(std::string_view what, uint32_t sent, uint32_t computed) {
+  return std::string(what) + " checksum mismatch (sent " + Hex32(sent) + ", computed " +
+         Hex32(computed) + "): corrupted in transit";
+}
+
 }  // namespace ferry

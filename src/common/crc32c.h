@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace ferry {
@@ -25,6 +26,12 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 
 inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 inline uint32_t Crc32c(std::string_view bytes) { return Crc32c(bytes.data(), bytes.size()); }
+
+// "0x1234abcd": how wire values (magics, checksums) appear in error messages.
+std::string Hex32(uint32_t v);
+// "<what> checksum mismatch (sent 0x..., computed 0x...): corrupted in transit", the one
+// wording every wire uses for a checksum that does not match.
+std::string Crc32cMismatchText(std::string_view what, uint32_t sent, uint32_t computed);
 
 namespace crc32c_internal {
 // The two implementations behind Crc32cExtend, for tests and benchmarks.

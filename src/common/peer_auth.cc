@@ -432,13 +432,9 @@ void RefusalLog::Refused(std::string_view what, std::string_view address, const 
   {
     MutexLock lock(mu_);
     ++count_;
-    auto it = seen_.find(host);
-    if (it != seen_.end()) {
-      ++it->second;
-    } else if (seen_.size() < kMaxAddresses) {
-      seen_.emplace(std::string(host), 1);
-      log = true;
-    } else if (!overflow_logged_) {
+    if (seen_.size() < kMaxAddresses) {
+      log = seen_.emplace(host).second;  // once per address
+    } else if (!seen_.contains(host) && !overflow_logged_) {
       overflow_logged_ = true;
       overflow = true;
     }

@@ -42,8 +42,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -208,7 +208,7 @@ class RefusalLog {
 
  private:
   mutable Mutex mu_;
-  std::map<std::string, uint64_t, std::less<>> seen_ GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> seen_ GUARDED_BY(mu_);
   bool overflow_logged_ GUARDED_BY(mu_) = false;
   uint64_t count_ GUARDED_BY(mu_) = 0;
 };

@@ -78,17 +78,11 @@ bool LeaseKeeper::TakenOver(std::string_view key, std::string_view value, std::s
     if (it == owned_.end() || it->second != value) return false;
     owned_.erase(it);
     lost_.emplace(key);
-    ++taken_over_;
   }
   FERRY_LOG(kWarn) << where << ": leased key '" << key
                    << "' now holds another writer's value (its name was taken over by another "
                       "engine); no longer refreshing it, and leaving it to its new owner";
   return true;
-}
-
-uint64_t LeaseKeeper::taken_over() const {
-  MutexLock lock(mu_);
-  return taken_over_;
 }
 
 bool LeaseKeeper::WasTakenOver(std::string_view key) const {

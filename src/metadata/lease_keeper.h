@@ -57,8 +57,6 @@ class LeaseKeeper {
   // warn, naming `where` (the store). Returns true when it forgot the key. Refresh functions
   // call it for every owned key the store reports taken over.
   bool TakenOver(std::string_view key, std::string_view value, std::string_view where);
-  // Keys forgotten by TakenOver so far (tests, stats).
-  uint64_t taken_over() const;
   // Whether TakenOver forgot `key` and no Track of it came since: this client lost the key to
   // another writer (MetadataStore::TakenOver). Remembered for the keeper's life, one entry per
   // key this client once tracked.
@@ -76,7 +74,6 @@ class LeaseKeeper {
   std::map<std::string, std::string, std::less<>> owned_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   bool soon_ GUARDED_BY(mu_) = false;
-  uint64_t taken_over_ GUARDED_BY(mu_) = 0;
   std::set<std::string, std::less<>> lost_ GUARDED_BY(mu_);  // see WasTakenOver
   std::thread thread_;  // started/joined by Start/Stop under start_mu_
   Mutex start_mu_;

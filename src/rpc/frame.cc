@@ -9,13 +9,6 @@ namespace {
 
 constexpr size_t kHeaderCrcOffset = 28;
 
-std::string Hex32(uint32_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "0x00000000";
-  for (int i = 0; i < 8; ++i) out[9 - i] = kDigits[(v >> (4 * i)) & 0xf];
-  return out;
-}
-
 }  // namespace
 
 void EncodeFrameHeader(const FrameHeader& header, char* out) {
@@ -57,8 +50,7 @@ Result<FrameHeader> DecodeFrameHeader(std::string_view bytes, size_t max_payload
   // The checksum first: no field of a corrupted header is believed, not even its version.
   const uint32_t sent_crc = LoadLe32(p + kHeaderCrcOffset);
   if (const uint32_t crc = Crc32c(p, kHeaderCrcOffset); crc != sent_crc) {
-    std::string why = "rpc frame: header checksum mismatch (sent " + Hex32(sent_crc) +
-                      ", computed " + Hex32(crc) + "): corrupted in transit";
+    std::string why = "rpc frame: " + Crc32cMismatchText("header", sent_crc, crc);
     if (const uint16_t version = LoadLe16(p + 4); version != kFrameVersion) {
       why += ", or a peer speaking version " + std::to_string(version) + " (this build speaks " +
              std::to_string(kFrameVersion) + ")";
@@ -94,9 +86,9 @@ Result<FrameHeader> DecodeFrameHeader(std::string_view bytes, size_t max_payload
 Status VerifyFramePayload(const FrameHeader& header, std::string_view payload) {
   const uint32_t crc = Crc32c(payload);
   if (crc == header.payload_crc) return Status::Ok();
-  return InvalidArgumentError("rpc frame: payload checksum mismatch (sent " +
-                              Hex32(header.payload_crc) + ", computed " + Hex32(crc) + " over " +
-                              std::to_string(payload.size()) + " bytes): corrupted in transit");
+  return InvalidArgumentError(
+      "rpc frame: " + Crc32cMismatchText("payload", header.payload_crc, crc) + " (" +
+      std::to_string(payload.size()) + " bytes)");
 }
 
 Result<std::string> EncodeFrame(FrameHeader header, std::string_view payload) {

@@ -16,13 +16,6 @@ constexpr size_t kHelloCrcAt = kHelloSize - 4;
 constexpr size_t kRequestCrcAt = kRequestHeaderSize - 4;
 constexpr size_t kResponseCrcAt = kResponseHeaderSize - 4;
 
-std::string Hex32(uint32_t v) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out = "0x00000000";
-  for (int i = 0; i < 8; ++i) out[9 - i] = kDigits[(v >> (4 * i)) & 0xf];
-  return out;
-}
-
 Status Bad(std::string what) { return InvalidArgumentError("tcp bad frame: " + what); }
 
 // The header checksum of the `crc_at` bytes before it, checked before any field is believed.
@@ -30,8 +23,7 @@ Status CheckHeaderCrc(const uint8_t* p, size_t crc_at, std::string_view what) {
   const uint32_t sent = LoadLe32(p + crc_at);
   const uint32_t computed = Crc32c(p, crc_at);
   if (sent == computed) return Status::Ok();
-  std::string why = std::string(what) + " header checksum mismatch (sent " + Hex32(sent) +
-                    ", computed " + Hex32(computed) + "): corrupted in transit";
+  std::string why = Crc32cMismatchText(std::string(what) + " header", sent, computed);
   if (p[4] != kProtocolVersion) {
     why += ", or a peer speaking version " + std::to_string(p[4]) + " (this build speaks " +
            std::to_string(kProtocolVersion) + ")";
@@ -167,8 +159,7 @@ Status DecodeHello(std::span<const uint8_t, kHelloSize> in, uint32_t magic, uint
 }
 
 std::string ChecksumMismatch(std::string_view what, uint32_t sent, uint32_t computed) {
-  return "tcp bad frame: " + std::string(what) + " checksum mismatch (sent " + Hex32(sent) +
-         ", computed " + Hex32(computed) + "): corrupted in transit";
+  return "tcp bad frame: " + Crc32cMismatchText(what, sent, computed);
 }
 
 uint64_t SteadyNanos(std::chrono::steady_clock::time_point t) {
