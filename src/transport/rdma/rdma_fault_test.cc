@@ -312,6 +312,7 @@ class StallingTarget {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         const bool progress = progress_.load();
+        if (!progress) parked_.store(true);
         if (progress) {
           fi_cq_entry entries[8];
           (void)fi_cq_read(cq_, entries, 8);
@@ -328,9 +329,12 @@ class StallingTarget {
     });
     return true;
   }
-  void StopProgress() {
+  // Turns progress off and returns once the thread has parked (true), so that no provider call
+  // of an earlier round can still complete an operation posted after this returns.
+  bool StopProgress() {
     progress_.store(false);
     Wake();
+    return WaitFor([this] { return parked_.load(); }, std::chrono::seconds(10));
   }
   const std::string& published() const { return published_; }
   std::string Key() const {
@@ -355,6 +359,7 @@ class StallingTarget {
   fid_mr* mr_ = nullptr;
   std::string published_;
   std::atomic<bool> progress_{true};
+  std::atomic<bool> parked_{false};
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -375,7 +380,7 @@ TEST_F(RdmaTransportTest, HungOperationTimesOutAndTheEndpointIsReopened) {
     ASSERT_TRUE(AllOk(warm));
     EXPECT_EQ(std::memcmp(remote_.data(), local_.data(), 4096), 0);
   }
-  stalling.StopProgress();
+  ASSERT_TRUE(stalling.StopProgress());
   const auto start = Clock::now();
   SliceBatch batch(&initiator_ctx_);
   Slice* write = batch.Add(Make(OpCode::kWrite, local_.data(), 0, 64 * kKiB));
