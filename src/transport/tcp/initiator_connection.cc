@@ -17,7 +17,7 @@
 namespace ferry::tcp {
 namespace {
 
-constexpr size_t kMaxIov = 64;
+constexpr size_t kMaxIov = 256;
 // Responses are read through a buffer of this size; a READ payload with at least
 // kDirectReadBytes still to come is received straight into local memory instead.
 constexpr size_t kReadAheadBytes = 32 * 1024;
@@ -302,7 +302,7 @@ void InitiatorConnection::SendReady() {
   }
   uint64_t moved = 0;
   while (send_index_ < window_.size() && moved < runtime_->options.bytes_per_turn) {
-    std::array<iovec, kMaxIov> iov{};
+    std::array<iovec, kMaxIov> iov;  // uninitialised: only the first n entries are passed
     size_t n = 0;
     uint64_t sealed_now = 0;
     for (size_t i = send_index_; i < window_.size() && n + 2 <= kMaxIov; ++i) {

@@ -1,12 +1,13 @@
 // InitiatorConnection: one persistent data connection from this engine to a peer's tcp
 // listener. Once connected it authenticates when the runtime has a secret (common/peer_auth.h;
 // a denial fails every slice it holds with PermissionDenied, as does a target's refusal read
-// where the clock hello's reply should be), then it measures the target's clock (a hello round trip, repeated when the
-// estimate is older than kClockRefresh). Slices are queued from any thread; the loop thread
-// writes their requests (WRITE payloads straight from local memory, the deadline mapped to the
-// target's clock), keeps up to `window` of them in flight, reads the responses in order (READ
-// payloads straight into local memory) and completes each slice through the context (small
-// responses are read through a read-ahead buffer, so one recv takes many of them).
+// where the clock hello's reply should be), then it measures the target's clock (a hello round
+// trip, repeated when the estimate is older than kClockRefresh). Slices are queued from any thread;
+// the loop thread writes their requests (WRITE payloads straight from local memory, the deadline
+// mapped to the target's clock; the frames of many requests coalesced into one sendmsg), keeps up
+// to `window` of them in flight, reads the responses in order (READ payloads straight into local
+// memory) and completes each slice through the context (small responses are read through a
+// read-ahead buffer, so one recv takes many of them).
 //
 // Checksums (tcp_protocol.h): each request header is sealed with its checksum (and a WRITE's
 // payload checksum) just before it goes out; a response is believed only when its header

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "common/crc32c.h"
@@ -15,8 +16,12 @@
 namespace ferry::tcp {
 namespace {
 
-constexpr size_t kMaxIov = 64;
-constexpr size_t kDiscardBytes = 64 * 1024;
+constexpr size_t kMaxIov = 256;  // answers per sendmsg: up to a third of this
+// Requests are read through a buffer of this size (headers, short payloads, discarded
+// payloads); a WRITE payload with at least kDirectReadBytes still to come, met with the buffer
+// empty, is received straight into the pinned memory instead.
+constexpr size_t kReadAheadBytes = 64 * 1024;
+constexpr uint64_t kDirectReadBytes = 8 * 1024;
 
 uint8_t* TargetPtr(uint64_t addr, uint64_t offset) {
   return reinterpret_cast<uint8_t*>(addr) + offset;  // NOLINT
@@ -119,39 +124,20 @@ void TargetConnection::ReceiveReady() {
   }
   uint64_t moved = 0;
   while (!closed_ && !closing_ && moved < runtime_->options.bytes_per_turn) {
+    if (in_begin_ < in_end_) {
+      // Throttled with requests read ahead: answer what waits, then go on once room was made.
+      SendReady();
+      if (closed_ || Throttled()) return;
+      if (!ConsumeBuffered()) return;
+      continue;
+    }
+    if (Throttled()) break;
+    in_begin_ = in_end_ = 0;
     size_t got = 0;
-    if (phase_ == Phase::kHeader) {
-      if (header_got_ == 0 && responses_.size() >= kMaxQueuedResponses) break;
-      if (ReadSome(header_bytes_.data() + header_got_, kRequestHeaderSize - header_got_, &got) !=
-          Io::kProgress) {
-        break;
-      }
-      header_got_ += got;
-      const std::span<const uint8_t> frame(header_bytes_.data(), header_got_);
-      // A peer of another version may send shorter frames: judge its first bytes at once.
-      if (Status prefix = FramePrefixError(frame, kRequestMagic, kHelloMagic); !prefix.ok()) {
-        BadFrame(prefix.message());
-        return;
-      }
-      if (StartsWithMagic(frame, kHelloMagic)) {
-        // A conforming initiator sends nothing after a hello until the reply.
-        if (header_got_ > kHelloSize) {
-          BadFrame("tcp bad frame: bytes after a hello");
-          return;
-        }
-        if (header_got_ == kHelloSize && !OnHello()) return;
-      } else if (header_got_ == kRequestHeaderSize && !OnRequestHeader()) {
-        return;
-      }
-    } else if (phase_ == Phase::kPayload) {
+    if (phase_ == Phase::kPayload && request_.length - payload_got_ >= kDirectReadBytes) {
+      // A long payload lands straight in the pinned memory.
       if (RequestExpired()) {
-        // The deadline passed mid-payload: not one more byte lands; the rest is discarded.
-        runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
-        pin_.Release();
-        rejection_ = TimeoutError(
-            "tcp target: the write's deadline passed while its payload "
-            "streamed in; it is incomplete");
-        phase_ = Phase::kDiscard;
+        ExpireWrite();
         continue;
       }
       uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
@@ -159,35 +145,108 @@ void TargetConnection::ReceiveReady() {
       // Checked as it lands, while the bytes are still in cache.
       if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, got);
       payload_got_ += got;
-      if (payload_got_ == request_.length) {
-        // Every byte is in memory: the access is over, then the WRITE is answered.
-        pin_.Release();
-        phase_ = Phase::kHeader;
-        if (request_.payload_checksum && payload_crc_ != request_.payload_crc) {
-          // The corrupted bytes are in the region already: the WRITE must fail, not succeed.
-          BadFrame(ChecksumMismatch("payload of WRITE request " +
-                                        std::to_string(request_.request_id) + " (" +
-                                        std::to_string(request_.length) + " bytes)",
-                                    request_.payload_crc, payload_crc_) +
-                   "; its target range may hold corrupted bytes");
-          return;
-        }
-        QueueResponse(Status::Ok(), nullptr, 0, AccessPin());
-      }
+      if (payload_got_ == request_.length && !FinishWrite()) return;
     } else {
-      if (!discard_) discard_ = std::make_unique<uint8_t[]>(kDiscardBytes);
-      const uint64_t want = std::min<uint64_t>(kDiscardBytes, request_.length - payload_got_);
-      if (ReadSome(discard_.get(), want, &got) != Io::kProgress) break;
-      payload_got_ += got;
-      if (payload_got_ == request_.length) {
-        phase_ = Phase::kHeader;
-        QueueResponse(rejection_, nullptr, 0, AccessPin());
-      }
+      // Headers, short payloads and discarded bytes come through the read-ahead buffer, so one
+      // recv takes many small requests.
+      if (!read_ahead_) read_ahead_ = std::make_unique<uint8_t[]>(kReadAheadBytes);
+      if (ReadSome(read_ahead_.get(), kReadAheadBytes, &got) != Io::kProgress) break;
+      in_end_ = got;
+      if (!ConsumeBuffered()) return;
     }
     moved += got;
   }
   if (closed_) return;
   SendReady();
+  if (!closed_ && !closing_ && in_begin_ < in_end_ && !Throttled()) {
+    // Requests read ahead never wait for a readiness event that may not come: they go on in
+    // a later turn of the loop (the turn's byte budget ran out, or answers made room).
+    (void)loop_->Post([self = shared_from_this()] {
+      if (!self->closed_) self->ReceiveReady();
+    });
+  }
+}
+
+bool TargetConnection::ConsumeBuffered() {
+  while (in_begin_ < in_end_ && !closed_ && !closing_) {
+    const uint8_t* const from = read_ahead_.get() + in_begin_;
+    const size_t available = in_end_ - in_begin_;
+    if (phase_ == Phase::kHeader) {
+      if (Throttled()) return true;  // the rest stays buffered until answers drain
+      const size_t take = std::min(available, kRequestHeaderSize - header_got_);
+      std::copy(from, from + take,
+                header_bytes_.begin() + static_cast<std::ptrdiff_t>(header_got_));
+      header_got_ += take;
+      in_begin_ += take;
+      const std::span<const uint8_t> frame(header_bytes_.data(), header_got_);
+      // A peer of another version may send shorter frames: judge its first bytes at once.
+      if (Status prefix = FramePrefixError(frame, kRequestMagic, kHelloMagic); !prefix.ok()) {
+        BadFrame(prefix.message());
+        return false;
+      }
+      if (StartsWithMagic(frame, kHelloMagic)) {
+        // A conforming initiator sends nothing after a hello until the reply.
+        if (header_got_ > kHelloSize) {
+          BadFrame("tcp bad frame: bytes after a hello");
+          return false;
+        }
+        if (header_got_ == kHelloSize && !OnHello()) return false;
+      } else if (header_got_ == kRequestHeaderSize && !OnRequestHeader()) {
+        return false;
+      }
+    } else if (phase_ == Phase::kPayload) {
+      if (RequestExpired()) {
+        ExpireWrite();
+        continue;
+      }
+      const uint64_t take = std::min<uint64_t>(available, request_.length - payload_got_);
+      uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
+      std::memcpy(into, from, take);
+      if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, take);
+      payload_got_ += take;
+      in_begin_ += take;
+      if (payload_got_ == request_.length && !FinishWrite()) return false;
+    } else {
+      const uint64_t take = std::min<uint64_t>(available, request_.length - payload_got_);
+      payload_got_ += take;
+      in_begin_ += take;
+      if (payload_got_ == request_.length) {
+        phase_ = Phase::kHeader;
+        QueueResponse(rejection_, nullptr, 0, AccessPin());
+      }
+    }
+  }
+  return !closed_;
+}
+
+void TargetConnection::ExpireWrite() {
+  // The deadline passed mid-payload: not one more byte lands; the rest is discarded.
+  runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
+  pin_.Release();
+  rejection_ = TimeoutError(
+      "tcp target: the write's deadline passed while its payload "
+      "streamed in; it is incomplete");
+  phase_ = Phase::kDiscard;
+}
+
+bool TargetConnection::FinishWrite() {
+  // Every byte is in memory: the access is over, then the WRITE is answered.
+  pin_.Release();
+  phase_ = Phase::kHeader;
+  if (request_.payload_checksum && payload_crc_ != request_.payload_crc) {
+    // The corrupted bytes are in the region already: the WRITE must fail, not succeed.
+    BadFrame(ChecksumMismatch("payload of WRITE request " + std::to_string(request_.request_id) +
+                                  " (" + std::to_string(request_.length) + " bytes)",
+                              request_.payload_crc, payload_crc_) +
+             "; its target range may hold corrupted bytes");
+    return false;
+  }
+  QueueResponse(Status::Ok(), nullptr, 0, AccessPin());
+  return true;
+}
+
+bool TargetConnection::Throttled() const {
+  return phase_ == Phase::kHeader && header_got_ == 0 && responses_.size() >= kMaxQueuedResponses;
 }
 
 void TargetConnection::BadFrame(const std::string& what) {
@@ -318,7 +377,7 @@ void TargetConnection::SendReady() {
   }
   uint64_t moved = 0;
   while (!closed_ && !responses_.empty() && moved < runtime_->options.bytes_per_turn) {
-    std::array<iovec, kMaxIov> iov{};
+    std::array<iovec, kMaxIov> iov;  // uninitialised: only the first n entries are passed
     size_t n = 0;
     for (size_t i = 0; i < responses_.size() && n + 3 <= kMaxIov; ++i) {
       Response& r = responses_[i];
@@ -368,8 +427,7 @@ void TargetConnection::SendReady() {
 
 void TargetConnection::UpdateInterest() {
   if (closed_ || !watched_) return;
-  const bool throttled =
-      phase_ == Phase::kHeader && header_got_ == 0 && responses_.size() >= kMaxQueuedResponses;
+  const bool throttled = Throttled();
   const bool to_send = auth_.has_value() ? !auth_->output().empty() : !responses_.empty();
   const uint32_t want =
       (throttled || closing_ ? 0u : EPOLLIN) | EPOLLRDHUP | (to_send ? EPOLLOUT : 0u);
@@ -380,7 +438,7 @@ void TargetConnection::UpdateInterest() {
 
 bool TargetConnection::Busy() const {
   return (auth_.has_value() && auth_began_) || phase_ != Phase::kHeader || header_got_ > 0 ||
-         !responses_.empty() || closing_;
+         in_begin_ < in_end_ || !responses_.empty() || closing_;
 }
 
 void TargetConnection::OnEvents(uint32_t events) {
@@ -395,7 +453,11 @@ void TargetConnection::OnEvents(uint32_t events) {
     return;
   }
   if ((events & EPOLLIN) != 0) ReceiveReady();
-  if (!closed_ && (events & EPOLLOUT) != 0) SendReady();
+  if (!closed_ && (events & EPOLLOUT) != 0) {
+    SendReady();
+    // Requests read ahead while throttled go on once answers made room.
+    if (!closed_ && in_begin_ < in_end_ && !Throttled()) ReceiveReady();
+  }
 }
 
 void TargetConnection::OnTick(TimePoint now) {

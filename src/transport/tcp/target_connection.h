@@ -7,18 +7,20 @@
 // order: a request whose deadline (in this host's clock) has passed is refused with Timeout
 // before anything is pinned, and a WRITE stops landing once its deadline passes mid-payload;
 // otherwise each access is pinned with TransportContext::PinRemoteAccess before a byte moves; a
-// WRITE's payload is received straight into the pinned memory and answered once all of it is
-// there; a READ is answered with its payload sent straight from the pinned memory, the pin held
-// until the last byte is handed to the kernel. A rejected WRITE's payload is read and discarded,
-// nothing is written, and the rejection is the answer (tcp_protocol.h). Checksums: a request
-// header is believed only when its checksum matches, and a checksummed WRITE's payload is
-// checked as it lands; a READ's answer carries the checksum of its payload. A bad frame (a
-// checksum mismatch included) is answered with a closing notice saying why, after which the
+// WRITE's payload lands in the pinned memory (a long one straight from the socket, short ones
+// copied from a read-ahead buffer that takes many small requests in one recv) and is answered
+// once all of it is there; a READ is answered with its payload sent straight from the pinned
+// memory, the pin held until the last byte is handed to the kernel. A rejected WRITE's payload is
+// read and discarded, nothing is written, and the rejection is the answer (tcp_protocol.h).
+// Checksums: a request header is believed only when its checksum matches, and a checksummed WRITE's
+// payload is checked as it lands; a READ's answer carries the checksum of its payload. A bad frame
+// (a checksum mismatch included) is answered with a closing notice saying why, after which the
 // connection reads nothing more and closes once the initiator hangs up (or after io_timeout); so
 // does a connection with a request or answer under way that makes no progress
 // for io_timeout, and so does an initiator's hang-up (close, half-close or reset): it gave up on
 // what it sent, so nothing not yet started is applied. At most kMaxQueuedResponses answers wait
-// to be sent; beyond that the connection stops reading until the initiator takes them.
+// to be sent; beyond that the connection starts no request (and reads nothing, requests read
+// ahead waiting in the buffer) until the initiator takes them.
 //
 // Thread contract: every method runs on the connection's loop thread.
 #pragma once
@@ -79,6 +81,15 @@ class TargetConnection final : public IoHandler,
   // first frame (without a secret) is in header_bytes_. Closes the connection on a denial.
   void Authenticate();
   Io ReadSome(void* buf, size_t len, size_t* got);
+  // Parses the read-ahead bytes (headers, short payloads, discarded payloads) until they run
+  // out or the connection is throttled; false when it closed or found a bad frame.
+  bool ConsumeBuffered();
+  // The deadline of the WRITE being received passed: the rest of its payload is discarded.
+  void ExpireWrite();
+  // The WRITE's whole payload landed: checks its checksum and answers it. False: bad frame.
+  bool FinishWrite();
+  // Answers wait at the cap: no new request is started until the initiator takes some.
+  bool Throttled() const;
   // A whole request header arrived: check it and start serving it. False: closed.
   bool OnRequestHeader();
   // A whole hello arrived in header_bytes_: answer it. False: closed.
@@ -118,7 +129,11 @@ class TargetConnection final : public IoHandler,
   bool shut_down_ = false;              // our side is shut down (the notice is out)
   AccessPin pin_;                       // the WRITE being received
   Status rejection_;                    // the WRITE being discarded
-  std::unique_ptr<uint8_t[]> discard_;  // scratch for discarded payloads, made on first use
+  // Bytes read ahead of the request being parsed: [in_begin_, in_end_) of read_ahead_ (made on
+  // first use) wait only while the connection is throttled.
+  std::unique_ptr<uint8_t[]> read_ahead_;
+  size_t in_begin_ = 0;
+  size_t in_end_ = 0;
   std::deque<Response> responses_;
 };
 

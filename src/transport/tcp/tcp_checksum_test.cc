@@ -1,7 +1,8 @@
 // Checksums on the tcp data protocol (tcp_protocol.h): bytes corrupted in transit are caught on
 // either side, the slice they belong to fails (never completes OK) with a reason naming the
 // checksum, and the connection closes. Real transports on 127.0.0.1 against a raw socket that
-// plays the other side and corrupts what it sends.
+// plays the other side and corrupts what it sends. Also how the target parses many requests
+// from one read-ahead buffer: coalesced WRITEs, and requests read ahead past its answer cap.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "common/crc32c.h"
 #include "common/wait_for.h"
+#include "transport/tcp/target_connection.h"
 #include "transport/tcp/tcp_transport_fixture.h"
 
 namespace ferry::tcp {
@@ -61,6 +63,139 @@ TEST_F(TcpTransportTest, TargetFailsAWriteWhosePayloadWasCorruptedInTransit) {
   char byte = 0;
   EXPECT_EQ(client.RecvSome(&byte, 1, 2s), 0);
   EXPECT_EQ(target_->stats().bad_frames, 1u);
+}
+
+// Small WRITEs arrive coalesced (all their frames in one send, so the target parses them from
+// one read-ahead buffer): those before a corrupted payload land and are answered OK, the
+// corrupted one fails with the closing notice naming it, and none after it is applied.
+TEST_F(TcpTransportTest, CoalescedSmallWritesStopAtTheOneWhosePayloadWasCorrupted) {
+  StartTarget();
+  RawSocket client = RawSocket::ConnectLoopback(PortOf(endpoint_));
+  ASSERT_GE(client.fd(), 0);
+  ASSERT_NE(SendHello(client), 0u);
+  constexpr size_t kCount = 24;
+  constexpr size_t kBad = 9;  // request ids 1..kCount; this one's payload is corrupted
+  std::vector<uint8_t> stream;
+  std::vector<std::vector<uint8_t>> payloads;
+  for (size_t i = 1; i <= kCount; ++i) {
+    std::vector<uint8_t>& payload = payloads.emplace_back(1000 + 97 * i);
+    Fill(payload.data(), payload.size(), static_cast<uint32_t>(i));
+    std::array<uint8_t, kRequestHeaderSize> header{};
+    EncodeRequestHeader(WriteHeader(i, Addr(remote_.data() + i * 8192), payload), header);
+    stream.insert(stream.end(), header.begin(), header.end());
+    stream.insert(stream.end(), payload.begin(), payload.end());
+    if (i == kBad) stream[stream.size() - 10] ^= 0x40;  // after its checksum was computed
+  }
+  ASSERT_TRUE(client.SendAll(stream.data(), stream.size()));
+  for (size_t i = 1; i < kBad; ++i) {
+    std::array<uint8_t, kResponseHeaderSize> bytes{};
+    ASSERT_TRUE(RecvExactly(client, bytes.data(), bytes.size()));
+    ResponseHeader r;
+    ASSERT_TRUE(DecodeResponseHeader(bytes, &r).ok());
+    EXPECT_EQ(r.request_id, i);
+    EXPECT_EQ(r.code, StatusCode::kOk);
+    EXPECT_TRUE(std::equal(payloads[i - 1].begin(), payloads[i - 1].end(),
+                           remote_.begin() + static_cast<std::ptrdiff_t>(i * 8192)))
+        << i;
+  }
+  const std::string why = ReadClosingNotice(client);
+  EXPECT_NE(why.find("payload of WRITE request " + std::to_string(kBad)), std::string::npos) << why;
+  EXPECT_NE(why.find("checksum mismatch"), std::string::npos) << why;
+  uint8_t more = 0;
+  EXPECT_EQ(client.RecvSome(&more, 1, 5s), 0);  // nothing after the notice: the target closes
+  for (size_t i = kBad + 1; i <= kCount; ++i) {
+    EXPECT_TRUE(std::all_of(remote_.begin() + static_cast<std::ptrdiff_t>(i * 8192),
+                            remote_.begin() + static_cast<std::ptrdiff_t>(i * 8192 + 4096),
+                            [](uint8_t b) { return b == 0xAA; }))
+        << "request " << i << " after the corrupted one was applied";
+  }
+  EXPECT_TRUE(target_ctx_.WaitNoPins(2s));
+  EXPECT_EQ(target_->stats().bad_frames, 1u);
+}
+
+// More requests than the target answers at once (TargetConnection::kMaxQueuedResponses), all in
+// one send that fits its read-ahead buffer: the target reaches its cap with requests in that
+// buffer and none left in the socket, so no readiness event will announce them again. It must go
+// on by itself as the initiator takes answers: every request is answered, in order and OK. 300
+// small WRITEs (parsed from the buffer; their answers alone reach the cap), which land, then 500
+// READs of 64 KiB (their answers fill the cap and the socket). With the default bytes_per_turn
+// the target goes on when answers leave (EPOLLOUT); with 16 KiB its turn ends after the first
+// recv while every answer of that turn leaves in it, so it must schedule its own next turn.
+TEST_F(TcpTransportTest, ThrottledTargetResumesTheRequestsItReadAhead) {
+  constexpr size_t kWrites = 300;
+  constexpr size_t kReads = 500;
+  constexpr size_t kWriteLength = 40;
+  constexpr size_t kReadLength = 64 * 1024;
+  constexpr size_t kWriteAt = kReads * kReadLength + 4096;  // after the range the READs read
+  static_assert(kWriteAt + kWrites * kWriteLength < kRemoteSize);
+  static_assert(kWrites > TargetConnection::kMaxQueuedResponses);
+  static_assert(kReads > TargetConnection::kMaxQueuedResponses);
+  static_assert(kWrites * (kRequestHeaderSize + kWriteLength) + kReads * kRequestHeaderSize <=
+                64 * 1024);  // one read-ahead buffer (target_connection.cc)
+  Fill(remote_.data(), kReads * kReadLength, 17);
+  size_t pins = 0;
+  for (const uint64_t bytes_per_turn : {Options().bytes_per_turn, uint64_t{16 * 1024}}) {
+    SCOPED_TRACE(bytes_per_turn);
+    TcpTransportOptions o = Options();
+    o.bytes_per_turn = bytes_per_turn;
+    StartTarget(o);
+    RawSocket client = RawSocket::ConnectLoopback(PortOf(endpoint_));
+    ASSERT_GE(client.fd(), 0);
+    ASSERT_NE(SendHello(client), 0u);
+    std::vector<uint8_t> stream;
+    std::vector<std::vector<uint8_t>> payloads;
+    for (size_t i = 0; i < kWrites; ++i) {  // request ids 1..kWrites
+      std::vector<uint8_t>& payload = payloads.emplace_back(kWriteLength);
+      Fill(payload.data(), payload.size(), static_cast<uint32_t>(bytes_per_turn + i));
+      std::array<uint8_t, kRequestHeaderSize> header{};
+      EncodeRequestHeader(
+          WriteHeader(i + 1, Addr(remote_.data() + kWriteAt + i * kWriteLength), payload), header);
+      stream.insert(stream.end(), header.begin(), header.end());
+      stream.insert(stream.end(), payload.begin(), payload.end());
+    }
+    for (size_t i = 0; i < kReads; ++i) {  // request ids kWrites+1..kWrites+kReads
+      RequestHeader h;
+      h.op = WireOp::kRead;
+      h.request_id = kWrites + 1 + i;
+      h.remote_addr = Addr(remote_.data() + i * kReadLength);
+      h.length = kReadLength;
+      h.incarnation = kTargetIncarnation;
+      h.generation = kGeneration;
+      std::array<uint8_t, kRequestHeaderSize> header{};
+      EncodeRequestHeader(h, header);
+      stream.insert(stream.end(), header.begin(), header.end());
+    }
+    ASSERT_TRUE(client.SendAll(stream.data(), stream.size()));
+    std::vector<uint8_t> body(kReadLength);
+    for (uint64_t want = 1; want <= kWrites + kReads; ++want) {
+      std::array<uint8_t, kResponseHeaderSize> bytes{};
+      ASSERT_TRUE(RecvExactly(client, bytes.data(), bytes.size())) << "stalled before " << want;
+      ResponseHeader r;
+      ASSERT_TRUE(DecodeResponseHeader(bytes, &r).ok());
+      ASSERT_EQ(r.request_id, want);
+      ASSERT_EQ(r.code, StatusCode::kOk) << want;
+      ASSERT_EQ(r.message_length, 0u) << want;
+      if (want <= kWrites) {
+        ASSERT_EQ(r.payload_length, 0u) << want;
+        continue;
+      }
+      ASSERT_EQ(r.payload_length, kReadLength) << want;
+      ASSERT_TRUE(RecvExactly(client, body.data(), body.size())) << want;
+      const uint8_t* const from = remote_.data() + (want - kWrites - 1) * kReadLength;
+      ASSERT_TRUE(std::equal(body.begin(), body.end(), from)) << "READ " << want;
+    }
+    for (size_t i = 0; i < kWrites; ++i) {
+      EXPECT_TRUE(
+          std::equal(payloads[i].begin(), payloads[i].end(),
+                     remote_.begin() + static_cast<std::ptrdiff_t>(kWriteAt + i * kWriteLength)))
+          << "WRITE " << i + 1;
+    }
+    EXPECT_EQ(remote_[kWriteAt + kWrites * kWriteLength], 0xAA);
+    pins += kWrites + kReads;
+    EXPECT_TRUE(target_ctx_.WaitNoPins(2s));
+    EXPECT_EQ(target_ctx_.pin_calls(), pins);
+    EXPECT_EQ(target_->stats().bad_frames, 0u);
+  }
 }
 
 TEST_F(TcpTransportTest, TargetRefusesACorruptedRequestHeaderBeforeTouchingMemory) {

@@ -98,14 +98,21 @@ std::vector<std::vector<Slice*>> TcpPeerLink::SpreadLocked(std::span<Slice* cons
     if (slots_[i] && !slots_[i]->closed()) load[i] = slots_[i]->load();
   }
   std::vector<std::vector<Slice*>> groups(n);
+  const uint64_t run_bytes = runtime_->options.stripe_size;
+  size_t best = 0;
+  uint64_t run = run_bytes;  // bytes in the current run; full: the next slice starts a run
   for (Slice* slice : slices) {
-    size_t best = next_slot_ % n;
-    for (size_t k = 1; k < n; ++k) {
-      const size_t i = (next_slot_ + k) % n;
-      if (load[i] < load[best]) best = i;
+    if (run >= run_bytes) {
+      best = next_slot_ % n;
+      for (size_t k = 1; k < n; ++k) {
+        const size_t i = (next_slot_ + k) % n;
+        if (load[i] < load[best]) best = i;
+      }
+      next_slot_ = (best + 1) % n;
+      run = 0;
     }
-    next_slot_ = (best + 1) % n;
     ++load[best];
+    run += slice->length;
     groups[best].push_back(slice);
   }
   return groups;

@@ -1,7 +1,11 @@
 // TcpPeerLink: the tcp transport's per-peer state, a pool of persistent InitiatorConnections to
 // one peer's data listener. Connections open lazily, on the first slice given to their slot; a
-// closed one (broken, timed out) is replaced on next use. Slices go to the least-loaded slot,
-// ties broken round-robin. The link's budget bounds the slices it holds at once.
+// closed one (broken, timed out) is replaced on next use. The slices of one Submit go in runs
+// of consecutive slices, a run ending once it holds stripe_size bytes, each run to the
+// least-loaded slot (ties broken round-robin): small slices travel together, coalesced into few
+// sendmsg calls, while a large request spreads over up to connections_per_peer connections. A slice
+// is never cut: each goes whole to one connection. The link's budget bounds the slices it holds at
+// once.
 //
 // Thread contract: thread-safe; Submit may be called from many threads at once. Dropping the
 // link releases its connections: slices not yet on the wire complete with Canceled, requests on
@@ -43,7 +47,8 @@ class TcpPeerLink final : public PeerLink {
   // The open connection of `slot`, made (and started) when missing or closed; nullptr when the
   // runtime is stopping.
   std::shared_ptr<InitiatorConnection> ConnectionLocked(size_t slot) REQUIRES(mu_);
-  // Chooses a slot for each slice (least loaded, ties round-robin).
+  // Chooses a slot for each slice, in runs of consecutive slices (a run ends once it holds
+  // stripe_size bytes), each run to the least-loaded slot, ties round-robin.
   std::vector<std::vector<Slice*>> SpreadLocked(std::span<Slice* const> slices) REQUIRES(mu_);
 
   const std::shared_ptr<TcpRuntime> runtime_;

@@ -13,6 +13,7 @@
 #include "transport/tcp/io_loop.h"
 #include "transport/tcp/target_server.h"
 #include "transport/tcp/tcp_peer_link.h"
+#include "transport/tcp/tcp_protocol.h"
 #include "transport/tcp/tcp_runtime.h"
 #include "transport/tcp/tcp_socket.h"
 
@@ -32,6 +33,10 @@ Result<TcpTransportOptions> Resolve(TcpTransportOptions o) {
     return InvalidArgumentError("tcp max_target_connections must be > 0");
   }
   if (o.bytes_per_turn < 1) return InvalidArgumentError("tcp bytes_per_turn must be > 0");
+  if (o.stripe_size == 0 || o.stripe_size % 4096 != 0) {
+    return InvalidArgumentError("tcp stripe_size must be a positive multiple of 4096, got " +
+                                std::to_string(o.stripe_size));
+  }
   if (o.io_timeout.count() <= 0) return InvalidArgumentError("tcp io_timeout must be > 0");
   if (o.idle_timeout.count() < 0) return InvalidArgumentError("tcp idle_timeout must be >= 0");
   if (o.io_threads == 0) {
@@ -64,6 +69,7 @@ TransportCapabilities TcpTransport::capabilities() const {
   TransportCapabilities caps;
   caps.reaches_other_hosts = true;
   caps.reaches_device_memory = false;
+  caps.max_slice_size = tcp::kMaxPayloadBytes;  // one request frame's payload
   return caps;
 }
 

@@ -3,9 +3,12 @@
 // It reaches other hosts and host memory only. Start() listens for data connections and returns
 // "host:port", published as SegmentDesc::transports["tcp"]. Connect() gives a PeerLink with a
 // pool of persistent connections to the peer's listener, opened lazily and re-opened after a
-// break. Submit() spreads slices over the pool; each connection pipelines up to `window`
-// requests. The wire format is in tcp_protocol.h. All socket I/O runs on `io_threads` IoLoops
-// shared by the initiator and target sides; no call blocks on a peer.
+// break. Submit() spreads slices over the pool (consecutive ones together up to stripe_size
+// bytes, so small ones share system calls and a large request spreads); each connection
+// pipelines up to `window` requests, coalescing the frames of many into one sendmsg, and the
+// target answers likewise. Slices complete on the I/O thread that read their answer. The wire
+// format is in tcp_protocol.h. All socket I/O runs on `io_threads` IoLoops shared by the initiator
+// and target sides; no call blocks on a peer.
 //
 // Deadlines (Slice::deadline; the Transport contract in transport.h). What tcp promises:
 //   - Initiator: a slice whose deadline passes while it waits to be sent completes with Timeout
@@ -79,6 +82,13 @@ struct TcpTransportOptions {
   // kFlagPayloadChecksum); headers always do. The engine sets it from
   // EngineOptions::tcp_payload_checksum.
   bool payload_checksum = true;
+  // How a link spreads work over its connections, in bytes (a multiple of 4096). Consecutive
+  // slices of one Submit share a connection until they hold this many bytes, so a batch of small
+  // slices leaves in few sendmsg calls and is answered in few recvs instead of paying a wake-up
+  // and a system call per connection, while a large request (the engine's slices of it) spreads
+  // over up to connections_per_peer connections. A slice itself is never cut: each goes whole
+  // to one connection.
+  uint64_t stripe_size = uint64_t{1} << 20;
 };
 
 // How often each I/O loop checks timeouts and deadlines: a slice completes at most this long
@@ -141,9 +151,10 @@ class TcpTransport final : public Transport {
   // literal never does) and opens no connection: they open on first use.
   Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) override;
   // Queues slices on `link` (made by this transport's Connect). InvalidArgument (nothing queued)
-  // for a foreign link, a null slice, a bad op, a length of 0 or over 1 GiB, or more slices
-  // than max_queued_per_peer; Again when the link's queue cannot take them all; Canceled after
-  // Stop. Otherwise OK, and each slice completes exactly once through the context.
+  // for a foreign link, a null slice, a bad op, a length over 1 GiB, or more slices than
+  // max_queued_per_peer; Again when the link's queue cannot take them all; Canceled after Stop.
+  // Otherwise OK, and each slice completes exactly once through the context (one of length 0
+  // at once, OK, without a round trip).
   Status Submit(PeerLink& link, std::span<Slice* const> slices) override;
 
   // tcp needs no exchange: InvalidArgument.

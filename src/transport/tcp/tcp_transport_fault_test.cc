@@ -155,7 +155,8 @@ TEST_F(TcpTransportTest, StopCompletesQueuedAndInFlightSlicesPromptly) {
   ASSERT_GE(hung.fd(), 0);
   TcpTransportOptions o = Options(10000ms);
   o.connections_per_peer = 2;
-  o.window = 2;  // most slices wait in the queue, a few are in flight
+  o.stripe_size = 4096;  // each slice its own run: both connections carry some
+  o.window = 2;          // most slices wait in the queue, a few are in flight
   StartInitiator(o);
   std::shared_ptr<PeerLink> link = ConnectTo("127.0.0.1:" + std::to_string(port));
   ASSERT_NE(link, nullptr);

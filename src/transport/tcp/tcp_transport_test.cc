@@ -103,6 +103,66 @@ TEST_F(TcpTransportTest, WritesThenReadsBackOddSizesAndAlignments) {
   EXPECT_EQ(initiator_ctx_.duplicate_completions(), 0u);
 }
 
+// stripe_size groups consecutive slices of one Submit on a connection until they hold that many
+// bytes: a batch of small slices stays on one connection, while a large request, cut by the
+// engine into 256 KiB slices, spreads over the pool (connections open lazily, on their slot's
+// first slice, so connections_opened counts the connections that carried slices). Every slice
+// goes whole (one pin each) and lands intact. stripe_size must be a multiple of 4096.
+TEST_F(TcpTransportTest, ALargeRequestSpreadsOverTheConnectionsAndSmallSlicesStayTogether) {
+  for (const uint64_t bad_size : {uint64_t{0}, uint64_t{4096 + 512}}) {
+    TcpTransportOptions bad = Options();
+    bad.stripe_size = bad_size;
+    TcpTransport invalid(bad);
+    const Status status = invalid.Start(&target_ctx_, {"a", "127.0.0.1"}).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad_size;
+    EXPECT_NE(status.message().find("stripe_size"), std::string::npos) << status;
+  }
+  TcpTransportOptions o = Options();
+  o.connections_per_peer = 4;
+  o.stripe_size = kMiB;
+  StartTarget();
+  StartInitiator(o);
+  std::shared_ptr<PeerLink> link = ConnectTo(endpoint_);
+  ASSERT_NE(link, nullptr);
+  // 16 slices of 4 KiB (64 KiB, under one stripe): one run, one connection.
+  std::vector<uint8_t> small(64 * 1024);
+  Fill(small.data(), small.size(), 5);
+  SliceBatch smalls(&initiator_ctx_);
+  for (size_t i = 0; i < 16; ++i) {
+    smalls.Add(Make(OpCode::kWrite, small.data() + i * 4096, i * 4096, 4096));
+  }
+  Run(*link, smalls);
+  ExpectAllOk(smalls);
+  EXPECT_EQ(std::memcmp(remote_.data(), small.data(), small.size()), 0);
+  EXPECT_EQ(initiator_->stats().connections_opened, 1u);
+  // 4 MiB in 256 KiB slices: four runs of 1 MiB, one per connection.
+  constexpr size_t kSlice = 256 * 1024;
+  constexpr size_t kLength = 4 * kMiB;
+  constexpr uint64_t kAt = 5 * kMiB + 7;
+  std::vector<uint8_t> source(kLength);
+  Fill(source.data(), source.size(), 23);
+  std::vector<uint8_t> sink(kLength, 0);
+  SliceBatch write(&initiator_ctx_);
+  SliceBatch read(&initiator_ctx_);
+  for (size_t at = 0; at < kLength; at += kSlice) {
+    write.Add(Make(OpCode::kWrite, source.data() + at, kAt + at, kSlice));
+    read.Add(Make(OpCode::kRead, sink.data() + at, kAt + at, kSlice));
+  }
+  Run(*link, write);
+  ExpectAllOk(write);
+  EXPECT_EQ(initiator_->stats().connections_opened, 4u);
+  EXPECT_EQ(target_->stats().connections_accepted, 4u);
+  EXPECT_EQ(std::memcmp(remote_.data() + kAt, source.data(), kLength), 0);
+  EXPECT_EQ(remote_[kAt - 1], 0xAA);
+  EXPECT_EQ(remote_[kAt + kLength], 0xAA);
+  Run(*link, read);
+  ExpectAllOk(read);
+  EXPECT_EQ(sink, source);
+  EXPECT_TRUE(target_ctx_.WaitNoPins(2s));
+  EXPECT_EQ(target_ctx_.pin_calls(), smalls.ptrs.size() + 2 * write.ptrs.size());
+  EXPECT_EQ(initiator_ctx_.duplicate_completions(), 0u);
+}
+
 TEST_F(TcpTransportTest, ManySmallSlicesFromSeveralThreads) {
   StartTarget();
   StartInitiator();
@@ -270,6 +330,7 @@ TEST_F(TcpTransportTest, IdleConnectionsCloseAfterIdleTimeoutAndReopenOnUse) {
 TEST_F(TcpTransportTest, DroppedLinksReleaseEveryDescriptor) {
   TcpTransportOptions two = Options();
   two.connections_per_peer = 2;
+  two.stripe_size = 4096;  // each slice its own run: both connections carry some
   StartTarget();
   StartInitiator(two);
   std::vector<uint8_t> source(64 * 1024);
