@@ -206,6 +206,16 @@ Result<std::vector<uint64_t>> LocalRegistry::RegisterAll(const std::vector<Regio
     }
   }
 
+  if (const size_t held = index_.size(); fresh_first.size() > options_.max_regions - held) {
+    const std::string setting = options_.max_regions_setting.empty()
+                                    ? std::string()
+                                    : " (" + std::string(options_.max_regions_setting) + ")";
+    return InvalidArgumentError(
+        std::to_string(fresh_first.size()) + " new regions would bring the registry to " +
+        std::to_string(held + fresh_first.size()) + ", over the limit of " +
+        std::to_string(options_.max_regions) + setting + "; nothing registered");
+  }
+
   // Apply. Nothing below can fail.
   std::vector<std::unique_ptr<Region>> fresh;
   fresh.reserve(fresh_first.size());
@@ -271,7 +281,8 @@ Status LocalRegistry::AbandonUnregister(Region* region) {
   WriterLock lock(mu_);
   region->unregistering = false;  // stays closing: new pins keep being refused
   return TimeoutError(Range(region->addr, region->length) + " still has " +
-                      std::to_string(region->pins()) + " access(es) in flight after " +
+                      std::to_string(region->pins()) +
+                      " access(es) in flight or transport lease(s) held after " +
                       std::to_string(options_.drain_timeout.count()) +
                       " ms; it stays registered and closing. Do not free the memory: fail the "
                       "in-flight work and call unregister again");
@@ -318,6 +329,7 @@ Status LocalRegistry::Unregister(uint64_t addr, std::string_view transport) {
     region = BeginUnregisterLocked(addr, &error);
     if (region == nullptr) return error;
   }
+  Revoke(region);
   const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
   if (!WaitDrained(region, deadline)) return AbandonUnregister(region);
   Status result = RunUnregisterCallbacks(region, transport);
@@ -351,6 +363,7 @@ Status LocalRegistry::UnregisterBatch(const std::vector<uint64_t>& addrs) {
       regions.push_back(BeginUnregisterLocked(addr, &unused));
     }
   }
+  for (Region* region : regions) Revoke(region);
   const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
   Status first_error;
   size_t timed_out = 0;
@@ -421,6 +434,50 @@ void LocalRegistry::ReleasePin(Region* region) {
 
 void LocalRegistry::ReleaseDetachedPin(void* registry, void* token) {
   static_cast<LocalRegistry*>(registry)->ReleasePin(static_cast<Region*>(token));
+}
+
+Result<LocalRegistry::RevocablePin> LocalRegistry::PinRevocable(uint64_t addr, uint64_t length,
+                                                                const PinCheck& check,
+                                                                std::function<void()> on_revoke) {
+  ASSIGN_OR_RETURN(PinGuard pin, Pin(addr, length, check));
+  auto revoker = std::make_unique<registry_internal::Revoker>();
+  revoker->region = static_cast<Region*>(pin.Detach());
+  revoker->on_revoke = std::move(on_revoke);
+  RevocablePin out{revoker.get(), revoker->region->addr, revoker->region->length};
+  {
+    MutexLock lock(revoke_mu_);
+    // The region may have started closing since Pin (its Unregister then waits for this pin):
+    // tell the holder at once, as Revoke would have.
+    if (revoker->region->closing()) {
+      revoker->revoked = true;
+      revoker->on_revoke();
+    }
+    revoker->region->revokers.push_back(revoker.get());
+  }
+  (void)revoker.release();  // owned by the token until ReleaseRevocablePin
+  return out;
+}
+
+void LocalRegistry::ReleaseRevocablePin(void* registry, void* token) {
+  auto* self = static_cast<LocalRegistry*>(registry);
+  std::unique_ptr<registry_internal::Revoker> revoker(
+      static_cast<registry_internal::Revoker*>(token));
+  Region* region = revoker->region;
+  {
+    MutexLock lock(self->revoke_mu_);
+    std::erase(region->revokers, revoker.get());
+  }
+  self->ReleasePin(region);
+}
+
+void LocalRegistry::Revoke(Region* region) {
+  // The region is closing and pinned by every revoker listed, so it stays alive meanwhile.
+  MutexLock lock(revoke_mu_);
+  for (registry_internal::Revoker* r : region->revokers) {
+    if (r->revoked) continue;
+    r->revoked = true;
+    r->on_revoke();
+  }
 }
 
 Status LocalRegistry::CheckOverlap(uint64_t addr, uint64_t length) const {

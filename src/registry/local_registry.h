@@ -11,8 +11,9 @@
 //    unregistered and registered again never reuses a generation.
 //  - Pin(addr, len) succeeds only when the whole range lies inside one open region; the data
 //    path holds the PinGuard for the duration of every local or remote access.
-//  - Unregister: (1) mark the region closing, so new pins are refused with kStale; (2) wait for
-//    the pins held to drain, up to RegistryOptions::drain_timeout; (3) run each transport's
+//  - Unregister: (1) mark the region closing, so new pins are refused with kStale, and tell the
+//    holders of revocable pins on it (PinRevocable) to let go; (2) wait for the pins held
+//    (revocable ones too) to drain, up to RegistryOptions::drain_timeout; (3) run each transport's
 //    unregister callback, without registry locks held; (4) erase the entry. The caller then
 //    publishes the new descriptor (the registry knows nothing of metadata).
 //
@@ -31,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,6 +50,14 @@ namespace ferry {
 
 struct RegistryOptions {
   std::chrono::milliseconds drain_timeout{5000};
+  // The most regions registered at once. A registration that would go past it is refused
+  // whole (InvalidArgument, checked under the registry's lock, so concurrent registrations
+  // cannot pass it together); registering another transport for a registered range adds no
+  // region.
+  size_t max_regions = std::numeric_limits<size_t>::max();
+  // Where max_regions comes from, named in its error when set. Must outlive the registry (a
+  // literal).
+  std::string_view max_regions_setting;
 };
 
 // What a pin additionally requires of the region.
@@ -128,6 +138,23 @@ class LocalRegistry {
   // Releases a pin given up by PinGuard::Detach(). `registry` is the LocalRegistry.
   static void ReleaseDetachedPin(void* registry, void* token);
 
+  // A pin its holder keeps across many accesses (a transport's lease on a whole region): Pin's
+  // checks and errors, then `on_revoke` is registered and runs once when Unregister marks the
+  // region closing (before it waits for the pins to drain), so the holder stops starting
+  // accesses, lets its in-flight ones end and releases the pin. on_revoke runs on the
+  // unregistering thread (or inside this call, when the region started closing meanwhile) with
+  // an internal lock held: it must be quick and must not call the registry (nor release a pin);
+  // it never runs once the pin was released. Release it with
+  // ReleaseRevocablePin(registry, token) exactly once.
+  struct RevocablePin {
+    void* token = nullptr;
+    uint64_t region_addr = 0;
+    uint64_t region_length = 0;
+  };
+  Result<RevocablePin> PinRevocable(uint64_t addr, uint64_t length, const PinCheck& check,
+                                    std::function<void()> on_revoke);
+  static void ReleaseRevocablePin(void* registry, void* token);
+
   // Ok when [addr, addr + length) overlaps no registered region; Overlap naming it otherwise.
   Status CheckOverlap(uint64_t addr, uint64_t length) const;
 
@@ -162,6 +189,8 @@ class LocalRegistry {
   bool RemoveBindingLocked(registry_internal::Region* region, std::string_view transport)
       REQUIRES(mu_);
   void ReleasePin(registry_internal::Region* region) EXCLUDES(drain_mu_);
+  // Runs the on_revoke of every revocable pin on `region` not told yet (it is closing).
+  void Revoke(registry_internal::Region* region) EXCLUDES(revoke_mu_);
   static BufferDesc Describe(const registry_internal::Region& region);
 
   const RegistryOptions options_;
@@ -171,6 +200,8 @@ class LocalRegistry {
 
   Mutex drain_mu_;
   CondVar drain_cv_;  // signalled when a closing region's last pin is released
+  // Guards every Region::revokers list and Revoker::revoked; taken after mu_, never before.
+  Mutex revoke_mu_;
 };
 
 }  // namespace ferry

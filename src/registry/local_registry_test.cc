@@ -26,6 +26,41 @@ RegionSpec Spec(uint64_t addr, uint64_t length, std::string transport = "tcp",
   return spec;
 }
 
+// A revocable pin (a transport's lease on a region): its holder is told when unregister starts,
+// the drain waits for its release (and times out like any pin), and it is never told after.
+TEST(LocalRegistryTest, RevocablePinsAreRevokedAtCloseAndDrainedLikePins) {
+  LocalRegistry registry(RegistryOptions{.drain_timeout = milliseconds(100)});
+  Result<uint64_t> generation = registry.Register(Spec(0x1000, 0x1000));
+  ASSERT_TRUE(generation.ok());
+  std::atomic<int> revoked{0};
+  Result<LocalRegistry::RevocablePin> pin =
+      registry.PinRevocable(0x1800, 16, {.generation = *generation}, [&] { revoked.fetch_add(1); });
+  ASSERT_TRUE(pin.ok()) << pin.status();
+  EXPECT_EQ(pin->region_addr, 0x1000u);
+  EXPECT_EQ(pin->region_length, 0x1000u);
+  // Refused like Pin: the range leaves the region.
+  EXPECT_EQ(registry.PinRevocable(0x1ff0, 32, {}, [] {}).status().code(),
+            StatusCode::kInvalidArgument);
+  // Held and not released: the unregister revokes it, then times out; it stays closing.
+  EXPECT_EQ(registry.Unregister(0x1000).code(), StatusCode::kTimeout);
+  EXPECT_EQ(revoked.load(), 1);
+  EXPECT_EQ(registry.Pin(0x1000, 1).status().code(), StatusCode::kStale);
+  // Released, the unregister called again completes, without telling the holder twice.
+  LocalRegistry::ReleaseRevocablePin(&registry, pin->token);
+  const Status again = registry.Unregister(0x1000);
+  EXPECT_TRUE(again.ok()) << again;
+  EXPECT_EQ(revoked.load(), 1);
+  EXPECT_EQ(registry.size(), 0u);
+  // Released before any unregister: never told.
+  ASSERT_TRUE(registry.Register(Spec(0x1000, 0x1000)).ok());
+  Result<LocalRegistry::RevocablePin> early =
+      registry.PinRevocable(0x1000, 1, {}, [&] { revoked.fetch_add(1); });
+  ASSERT_TRUE(early.ok());
+  LocalRegistry::ReleaseRevocablePin(&registry, early->token);
+  EXPECT_TRUE(registry.Unregister(0x1000).ok());
+  EXPECT_EQ(revoked.load(), 1);
+}
+
 TEST(LocalRegistryTest, DesignArticleExampleRejectsPartialOverlap) {
   LocalRegistry registry;
   ASSERT_TRUE(registry.Register(Spec(0x1000, 0x2000)).ok());     // A = [0x1000, 0x3000)
@@ -131,6 +166,44 @@ TEST(LocalRegistryTest, BatchIsAllOrNothing) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->size(), 3u);
   EXPECT_EQ(registry.size(), 3u);
+}
+
+// RegistryOptions::max_regions bounds the regions registered at once, under the registry's lock:
+// of two concurrent batches that would together pass it, exactly one is registered.
+TEST(LocalRegistryTest, MaxRegionsRefusesWholeBatchesEvenWhenConcurrent) {
+  LocalRegistry registry(RegistryOptions{
+      .max_regions = 4, .max_regions_setting = "EngineOptions::max_segment_buffers"});
+  ASSERT_TRUE(registry.RegisterBatch({Spec(0x1000, 0x100), Spec(0x2000, 0x100)}).ok());
+  Result<std::vector<uint64_t>> r = registry.RegisterBatch(
+      {Spec(0x3000, 0x100), Spec(0x1000, 0x100, "rdma"), Spec(0x4000, 0x100), Spec(0x5000, 0x100)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "3 new regions would bring the registry to 5, over the limit of 4 "
+            "(EngineOptions::max_segment_buffers); nothing registered");
+  EXPECT_EQ(registry.size(), 2u);
+  EXPECT_EQ(registry.Snapshot()[0].keys.size(), 1u);  // the rdma join was not applied either
+  // Joining a registered range adds no region, so it passes at the limit.
+  ASSERT_TRUE(registry.RegisterBatch({Spec(0x3000, 0x100), Spec(0x4000, 0x100)}).ok());
+  EXPECT_TRUE(registry.Register(Spec(0x1000, 0x100, "rdma")).ok());
+  EXPECT_EQ(registry.Register(Spec(0x5000, 0x100)).status().code(), StatusCode::kInvalidArgument);
+
+  LocalRegistry shared(RegistryOptions{.max_regions = 1000});
+  std::vector<RegionSpec> held;
+  for (uint64_t i = 0; i < 600; ++i) held.push_back(Spec(0x100000 + i * 0x1000, 0x100));
+  ASSERT_TRUE(shared.RegisterBatch(held).ok());
+  std::atomic<int> registered{0};
+  auto register_300 = [&](uint64_t base) {
+    std::vector<RegionSpec> batch;
+    for (uint64_t i = 0; i < 300; ++i) batch.push_back(Spec(base + i * 0x1000, 0x100));
+    if (shared.RegisterBatch(batch).ok()) registered.fetch_add(1);
+  };
+  std::thread a(register_300, 0x10000000);
+  std::thread b(register_300, 0x20000000);
+  a.join();
+  b.join();
+  EXPECT_EQ(registered.load(), 1);
+  EXPECT_EQ(shared.size(), 900u);
 }
 
 TEST(LocalRegistryTest, BatchRejectsOverlapWithinItself) {

@@ -41,6 +41,16 @@ struct RegionSpec {
 
 namespace registry_internal {
 
+struct Region;
+
+// A revocable pin's registration (LocalRegistry::PinRevocable): told once when its region
+// starts closing.
+struct Revoker {
+  Region* region = nullptr;
+  std::function<void()> on_revoke;
+  bool revoked = false;  // on_revoke has run
+};
+
 // A registered region. Address, length, location, remote_accessible and generation never
 // change after creation; bindings change only under the registry's exclusive lock while the
 // region is not being unregistered.
@@ -57,6 +67,8 @@ struct Region {
   uint64_t generation = 0;
   std::vector<TransportBinding> bindings;
   bool unregistering = false;  // an Unregister call is between its start and its end
+  // Revocable pins held on this region; guarded by the registry's revoke mutex.
+  std::vector<Revoker*> revokers;
   std::atomic<uint64_t> state{0};
 
   uint64_t end() const { return addr + length; }

@@ -13,9 +13,17 @@ void TestContext::AddRegion(const void* addr, uint64_t length, uint64_t generati
 
 bool TestContext::CloseRegion(const void* addr) {
   MutexLock lock(mu_);
-  for (Region& r : regions_) {
+  // The last region added at `addr`, the one PinRemoteAccess and LeaseRemoteRegion find there.
+  for (auto it = regions_.rbegin(); it != regions_.rend(); ++it) {
+    Region& r = *it;
     if (r.addr == reinterpret_cast<uint64_t>(addr)) {  // NOLINT
       r.closing = true;
+      for (auto& [id, lease] : leases_) {
+        if (lease.region_addr == r.addr && !lease.revoked) {
+          lease.revoked = true;
+          lease.on_revoke();
+        }
+      }
       return true;
     }
   }
@@ -48,6 +56,52 @@ Result<AccessPin> TestContext::PinRemoteAccess(uint64_t addr, uint64_t length, u
   }
   ++active_pins_;
   return AccessPin(&TestContext::ReleasePin, this, nullptr);
+}
+
+Result<RegionLease> TestContext::LeaseRemoteRegion(uint64_t addr, uint64_t length,
+                                                   uint64_t incarnation, uint64_t generation,
+                                                   std::string_view transport,
+                                                   std::function<void()> on_revoke) {
+  uint64_t region_addr = 0;
+  uint64_t region_length = 0;
+  bool closing = false;
+  {
+    // The same checks, in the same order; the pin it takes stands for nothing here.
+    ASSIGN_OR_RETURN(AccessPin check,
+                     PinRemoteAccess(addr, length, incarnation, generation, transport));
+    MutexLock lock(mu_);
+    --pin_calls_;
+    for (const Region& r : regions_) {
+      if (addr >= r.addr && addr < r.addr + r.length) {
+        region_addr = r.addr;
+        region_length = r.length;
+        closing = r.closing;
+      }
+    }
+  }
+  MutexLock lock(mu_);
+  for (const Region& r : regions_) {  // closed since the check: revoked at once, as CloseRegion
+    if (r.addr == region_addr) closing = r.closing;
+  }
+  const uint64_t id = next_lease_++;
+  auto& lease =
+      leases_.emplace(id, Lease{region_addr, std::move(on_revoke), closing}).first->second;
+  if (closing) lease.on_revoke();
+  return RegionLease{AccessPin(&TestContext::ReleaseLease, this, reinterpret_cast<void*>(id)),
+                     region_addr, region_length};
+}
+
+void TestContext::ReleaseLease(void* owner, void* token) {
+  auto* self = static_cast<TestContext*>(owner);
+  MutexLock lock(self->mu_);
+  self->leases_.erase(reinterpret_cast<uint64_t>(token));
+  self->cv_.NotifyAll();
+}
+
+int TestContext::RevokedLeasesLocked() {
+  int n = 0;
+  for (const auto& [id, lease] : leases_) n += lease.revoked ? 1 : 0;
+  return n;
 }
 
 void TestContext::ReleasePin(void* owner, void* /*token*/) {
@@ -114,15 +168,19 @@ void TestContext::Forget(const std::vector<Slice*>& slices) {
 bool TestContext::WaitNoPins(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   MutexLock lock(mu_);
-  while (active_pins_ != 0) {
+  while (active_pins_ != 0 || RevokedLeasesLocked() != 0) {
     if (!cv_.WaitUntil(mu_, deadline) && std::chrono::steady_clock::now() >= deadline) break;
   }
-  return active_pins_ == 0;
+  return active_pins_ == 0 && RevokedLeasesLocked() == 0;
 }
 
 int TestContext::active_pins() {
   MutexLock lock(mu_);
   return active_pins_;
+}
+int TestContext::active_leases() {
+  MutexLock lock(mu_);
+  return static_cast<int>(leases_.size());
 }
 uint64_t TestContext::pin_calls() {
   MutexLock lock(mu_);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,8 +26,9 @@ class TestContext final : public TransportContext {
   // A registered range. `transport` is the transport it is registered for.
   void AddRegion(const void* addr, uint64_t length, uint64_t generation,
                  bool remote_accessible = true, std::string transport = "tcp");
-  // Marks the region at `addr` closing (new pins get Stale), as the registry's unregister
-  // step 1 does; false when there is none.
+  // Marks the region at `addr` closing (new pins get Stale) and revokes the leases on it, as
+  // the registry's unregister step 1 does; false when there is none. Of several regions added
+  // at `addr`, the last one (the one pins find).
   bool CloseRegion(const void* addr);
   // Exchange() to a SegmentDesc named `segment` is answered by `peer`'s OnExchange.
   void AddPeer(const std::string& segment, Transport* peer);
@@ -34,6 +36,10 @@ class TestContext final : public TransportContext {
   // The contract of TransportContext::PinRemoteAccess, checked in its order.
   Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
                                     uint64_t generation, std::string_view transport) override;
+  // PinRemoteAccess's checks, then a lease on the region (see TransportContext).
+  Result<RegionLease> LeaseRemoteRegion(uint64_t addr, uint64_t length, uint64_t incarnation,
+                                        uint64_t generation, std::string_view transport,
+                                        std::function<void()> on_revoke) override;
   void CompleteSlice(Slice* slice, const Status& status) override;
   Result<std::string> Exchange(const SegmentDesc& peer, std::string_view transport,
                                std::string_view payload,
@@ -46,10 +52,12 @@ class TestContext final : public TransportContext {
   Status StatusOf(Slice* slice);
   // Drops the record of `slices` (their memory is about to be reused).
   void Forget(const std::vector<Slice*>& slices);
-  // Waits until no pin is held; false on timeout.
+  // Waits until no pin is held and every revoked lease was released (what the registry's
+  // unregister drain waits for); false on timeout.
   bool WaitNoPins(std::chrono::milliseconds timeout);
 
-  int active_pins();
+  int active_pins();    // pins from PinRemoteAccess held now (leases not counted)
+  int active_leases();  // leases held now, revoked or not
   uint64_t pin_calls();
   uint64_t completions();
   uint64_t duplicate_completions();
@@ -63,7 +71,14 @@ class TestContext final : public TransportContext {
     std::string transport;
     bool closing = false;
   };
+  struct Lease {
+    uint64_t region_addr = 0;
+    std::function<void()> on_revoke;
+    bool revoked = false;
+  };
   static void ReleasePin(void* owner, void* token);
+  static void ReleaseLease(void* owner, void* token);
+  int RevokedLeasesLocked() REQUIRES(mu_);
 
   const uint64_t incarnation_;
   Mutex mu_;
@@ -73,6 +88,8 @@ class TestContext final : public TransportContext {
   std::map<Slice*, Status> done_ GUARDED_BY(mu_);
   int waiters_ GUARDED_BY(mu_) = 0;  // threads in WaitAll
   int active_pins_ GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Lease> leases_ GUARDED_BY(mu_);  // by id (the AccessPin's token)
+  uint64_t next_lease_ GUARDED_BY(mu_) = 1;
   uint64_t pin_calls_ GUARDED_BY(mu_) = 0;
   uint64_t completions_ GUARDED_BY(mu_) = 0;
   uint64_t duplicates_ GUARDED_BY(mu_) = 0;

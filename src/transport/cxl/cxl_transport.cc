@@ -39,6 +39,7 @@ TransportCapabilities CxlTransport::capabilities() const {
   caps.reaches_other_hosts = false;
   caps.reaches_device_memory = false;
   caps.allocates_shared_memory = true;
+  caps.preferred_slice_size = uint64_t{256} << 10;  // the copy workers share a request's slices
   return caps;
 }
 

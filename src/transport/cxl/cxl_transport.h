@@ -6,10 +6,11 @@
 // outside it is not reachable by cxl (RegisterMemory answers NotFound and the engine uses
 // another transport). A transfer is a memcpy within this process's mapping of the window plus
 // a fence. The target checks and pins every range before a byte moves through the same-host
-// grant channel (transport/samehost/grant_channel.h): per Submit the initiator asks for all its
-// ranges in one Acquire (per 4096), copies the granted ones, fences, then releases. The queue,
-// workers, grant round trips and deadlines are samehost::CopyEngine's: a slice completes Timeout
-// at its deadline and nothing of it is copied afterwards.
+// grant channel (transport/samehost/grant_channel.h): per Submit the initiator pins the ranges
+// of regions its grant connection already leased through the target's shared lease table, asks
+// for the others in one Acquire (per 4096), copies the granted ones, fences, then releases.
+// The queue, workers, grant round trips and deadlines are samehost::CopyEngine's: a slice
+// completes Timeout at its deadline and nothing of it is copied afterwards.
 //
 // AllocateShared hands out buffers inside the window (first fit, coordinated with the other
 // engines that map it through byte-range locks on the window file, see cxl_allocator.h), so

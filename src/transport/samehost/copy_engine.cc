@@ -147,10 +147,12 @@ Deadline EarliestOf(const std::vector<Slice*>& slices) {
 class BatchRun {
  public:
   BatchRun(const CopyEngineOptions& options, std::atomic<uint64_t>* round_trips,
-           std::atomic<uint64_t>* opened, PeerChannel& peer, std::span<Slice* const> slices)
+           std::atomic<uint64_t>* opened, std::atomic<uint64_t>* table_pinned, PeerChannel& peer,
+           std::span<Slice* const> slices)
       : options_(options),
         round_trips_(round_trips),
         opened_(opened),
+        table_pinned_(table_pinned),
         peer_(peer),
         slices_(slices),
         results_(slices.size()) {}
@@ -184,28 +186,28 @@ class BatchRun {
  private:
   std::string Context() const { return options_.transport + " peer " + peer_.name(); }
 
-  // One grant round trip for `pending`, then the copies. Returns the slices still to ask for
-  // (the round trip ran out at an earlier slice's deadline, not theirs).
+  static RangeRequest RangeOf(const Slice& s) {
+    return {s.remote_addr, s.length, s.peer_incarnation, s.remote_generation, s.deadline};
+  }
+
+  // Pins `pending` (through the connection's lease table where it can, one grant round trip
+  // for the rest), then the copies. Returns the slices still to ask for (the round trip ran
+  // out at an earlier slice's deadline, not theirs).
   std::vector<size_t> AcquireAndCopy(const std::vector<size_t>& pending, Deadline io_deadline) {
     Deadline earliest = Deadline::max();
-    std::vector<RangeRequest> ranges;
-    ranges.reserve(pending.size());
-    for (size_t i : pending) {
-      const Slice& s = *slices_[i];
-      earliest = std::min(earliest, s.deadline);
-      ranges.push_back(
-          {s.remote_addr, s.length, s.peer_incarnation, s.remote_generation, s.deadline});
-    }
+    for (size_t i : pending) earliest = std::min(earliest, slices_[i]->deadline);
     const Deadline bound = std::min(io_deadline, earliest);
     std::unique_ptr<GrantConnection> connection;
-    std::vector<Status> answers;
-    const Status acquired = Acquire(ranges, bound, &connection, &answers);
-    if (!acquired.ok()) return RoundTripFailed(pending, acquired, bound < io_deadline);
-
     std::vector<Slice*> granted;
     std::vector<size_t> granted_index;
-    for (size_t k = 0; k < pending.size(); ++k) {
-      const size_t i = pending[k];
+    std::vector<size_t> asked;
+    std::vector<Status> answers;
+    const Status pinned =
+        Pin(pending, bound, &connection, &granted, &granted_index, &asked, &answers);
+    if (!pinned.ok()) return RoundTripFailed(pending, pinned, bound < io_deadline);
+
+    for (size_t k = 0; k < asked.size(); ++k) {
+      const size_t i = asked[k];
       if (answers[k].ok()) {
         granted.push_back(slices_[i]);
         granted_index.push_back(i);
@@ -255,22 +257,47 @@ class BatchRun {
     for (size_t k = 0; k < copy.size(); ++k) results_[copy_index[k]] = std::move(copied[k]);
   }
 
-  // Pins `ranges` on an idle connection when there is one, else (or when that one turns out
-  // dead: the server went away since) on a new one. *connection holds the one used.
-  Status Acquire(std::span<const RangeRequest> ranges, Deadline bound,
-                 std::unique_ptr<GrantConnection>* connection, std::vector<Status>* answers) {
+  // Pins the slices of `pending` on an idle connection when there is one, else (or when that
+  // one turns out dead: the server went away since) on a new one; *connection holds the one
+  // used. Each slice is pinned through the connection's lease table when it can be (TryPin;
+  // into *granted), or else asked for with one Acquire (into *asked, answered in *answers). A
+  // non-Ok status: the round trip failed, and the connection's pins (of both kinds) are void.
+  Status Pin(const std::vector<size_t>& pending, Deadline bound,
+             std::unique_ptr<GrantConnection>* connection, std::vector<Slice*>* granted,
+             std::vector<size_t>* granted_index, std::vector<size_t>* asked,
+             std::vector<Status>* answers) {
     *connection = peer_.TakeIdle();
-    if (*connection != nullptr) {
+    for (;;) {
+      const bool idle = *connection != nullptr;
+      if (!idle) {
+        Result<std::unique_ptr<GrantConnection>> fresh = peer_.Open(bound);
+        if (!fresh.ok()) return fresh.status();
+        opened_->fetch_add(1, std::memory_order_relaxed);
+        *connection = std::move(fresh).value();
+      }
+      granted->clear();
+      granted_index->clear();
+      asked->clear();
+      std::vector<RangeRequest> ranges;
+      for (size_t i : pending) {
+        const RangeRequest range = RangeOf(*slices_[i]);
+        if ((*connection)->TryPin(range)) {
+          granted->push_back(slices_[i]);
+          granted_index->push_back(i);
+        } else {
+          asked->push_back(i);
+          ranges.push_back(range);
+        }
+      }
+      table_pinned_->fetch_add(granted->size(), std::memory_order_relaxed);
+      if (ranges.empty()) return Status::Ok();
       round_trips_->fetch_add(1, std::memory_order_relaxed);
       const Status s = (*connection)->Acquire(ranges, answers, bound);
-      if (s.code() != StatusCode::kUnavailable || !(*connection)->broken()) return s;
+      if (s.ok() || !idle || s.code() != StatusCode::kUnavailable || !(*connection)->broken()) {
+        return s;
+      }
+      connection->reset();  // the idle one was dead: all of them again on a new one
     }
-    Result<std::unique_ptr<GrantConnection>> fresh = peer_.Open(bound);
-    if (!fresh.ok()) return fresh.status();
-    opened_->fetch_add(1, std::memory_order_relaxed);
-    *connection = std::move(fresh).value();
-    round_trips_->fetch_add(1, std::memory_order_relaxed);
-    return (*connection)->Acquire(ranges, answers, bound);
   }
 
   // The round trip failed with `why` (the connection, if any, is closed: the target drops
@@ -298,6 +325,7 @@ class BatchRun {
   const CopyEngineOptions& options_;
   std::atomic<uint64_t>* const round_trips_;
   std::atomic<uint64_t>* const opened_;
+  std::atomic<uint64_t>* const table_pinned_;
   PeerChannel& peer_;
   const std::span<Slice* const> slices_;
   std::vector<Status> results_;
@@ -404,6 +432,7 @@ class CopyEngineImpl final : public CopyEngine {
   CopyEngineStats stats() const override {
     CopyEngineStats out;
     out.grant_round_trips = round_trips_.load(std::memory_order_relaxed);
+    out.table_pinned_slices = table_pinned_.load(std::memory_order_relaxed);
     out.failed_slices = failed_.load(std::memory_order_relaxed);
     out.timed_out_slices = timed_out_.load(std::memory_order_relaxed);
     out.connections_opened = opened_.load(std::memory_order_relaxed);
@@ -474,7 +503,7 @@ class CopyEngineImpl final : public CopyEngine {
         ++busy_[job.channel.get()];
         MaybeGrowLocked();
       }
-      BatchRun run(options_, &round_trips_, &opened_, *job.channel, job.slices);
+      BatchRun run(options_, &round_trips_, &opened_, &table_pinned_, *job.channel, job.slices);
       run.Run();
       Complete(job.slices, run.results());
       MutexLock lock(mu_);
@@ -564,6 +593,7 @@ class CopyEngineImpl final : public CopyEngine {
   TransportContext* const ctx_;
   const CopyEngineOptions options_;
   std::atomic<uint64_t> round_trips_{0};
+  std::atomic<uint64_t> table_pinned_{0};
   std::atomic<uint64_t> failed_{0};
   std::atomic<uint64_t> timed_out_{0};
   std::atomic<uint64_t> opened_{0};

@@ -3,14 +3,17 @@
 // `max_batch` slices for one peer and run
 //   1. checks: a zero-length slice completes Ok, a slice whose deadline passed completes
 //      Timeout without asking, and PeerCopier::Check may refuse a slice locally;
-//   2. Acquire: one grant round trip pins every remaining range on the target, waiting at most
-//      min(io_timeout, the earliest deadline of those slices). When the deadline is what ran
-//      out, the slices past it complete Timeout and the connection is closed (the target drops
-//      whatever it pins for it, also later); the others are asked again on a new connection;
+//   2. pins: on one grant connection (an idle one of the peer's pool, else a new one), each
+//      range inside a region the connection holds a lease of is pinned through the target's
+//      shared lease table (GrantConnection::TryPin: no message); one Acquire round trip pins
+//      the others, waiting at most min(io_timeout, the earliest deadline of those slices).
+//      When the deadline is what ran out, the slices past it complete Timeout and the
+//      connection is closed (the target drops whatever it pins for it, also later); the others
+//      are asked again on a new connection;
 //   3. PeerCopier::PrepareCopies (e.g. fetching a buffer's fd over the same connection);
 //   4. a fence, PeerCopier::Copy of the granted slices whose deadline has not passed (the
 //      others complete Timeout, uncopied), a fence (and sfence on x86, for non-temporal
-//      stores), then Release;
+//      stores), then Release (a message only when Acquire pinned something);
 //   5. every slice completes exactly once through the context.
 // A timer thread completes queued slices whose deadline passes before a worker takes them
 // (Timeout, at most a few milliseconds late), and closes grant connections idle for longer
@@ -82,6 +85,7 @@ struct CopyEngineOptions {
 // Counters since Start (tests, diagnostics).
 struct CopyEngineStats {
   uint64_t grant_round_trips = 0;  // Acquire calls made
+  uint64_t table_pinned_slices = 0;  // slices pinned through a lease table (no round trip)
   uint64_t failed_slices = 0;      // completed with an error, Canceled excluded
   uint64_t timed_out_slices = 0;   // completed with Timeout (their deadline passed)
   uint64_t connections_opened = 0;

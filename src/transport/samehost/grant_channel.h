@@ -3,16 +3,51 @@
 // shared buffer) and cxl (memcpy inside a shared window).
 //
 // The target serves a Unix stream socket at a filesystem path (not the abstract namespace,
-// which is per network namespace: two network namespaces of one machine are one host). Per
-// batch of slices the initiator
-//   1. Acquire: asks the target to pin each range (TransportContext::PinRemoteAccess, with the
-//      transport's name); each range gets its own Status. Each range carries its slice's
-//      deadline: the target refuses (Timeout) a range whose deadline passed before it read the
-//      request, so a target that was frozen never grants an access that is already too late;
-//   2. moves the bytes of the granted ranges while the pins are held;
-//   3. Release: lets the pins go (one-way; the target handles a connection's messages in order).
-// A connection that closes releases every pin it held, so a dead initiator never blocks an
-// unregister beyond the moment the kernel closes its socket.
+// which is per network namespace: two network namespaces of one machine are one host).
+//
+// Pins through shared memory (no message per batch). The target keeps a lease table: a sealed
+// memfd of atomic words, one per entry, that initiators map read-only (pin_table.h), and per
+// connection a pin slot: a memfd of one counter per entry that only that connection's initiator
+// writes. Both are handed over once per connection (kMapTable, kMapSlot, SCM_RIGHTS) after the
+// authentication. Per batch of slices the initiator
+//   1. TryPin: for a range inside a region it holds a lease of (below), with the planned
+//      incarnation and generation, it increments its slot's counter of the lease's entry and
+//      re-reads the entry's table word (both seq_cst); the word still being the one of that
+//      lease (kLive, same sequence) pins it, otherwise it takes the increment back, forgets the
+//      lease and asks over the socket. An entry is counted once per batch: a later range of the
+//      lease already pinned through it is pinned by that count, and a range of another lease
+//      cached for that entry (stale: the entry was freed and leased anew since) is not (that
+//      lease is forgotten). Every other range also goes to
+//   2. Acquire: the target pins each range (TransportContext::PinRemoteAccess, with the
+//      transport's name); each range gets its own Status, so refusals (Stale, out of range,
+//      not remote-accessible...) always come from the target's registry, with its messages.
+//      Each range carries its slice's deadline: the target refuses (Timeout) a range whose
+//      deadline passed before it read the request. For a range it grants to a connection that
+//      mapped its slot, the target also leases the whole region (TransportContext::
+//      LeaseRemoteRegion) into a table entry, or reuses the entry already leasing it, and
+//      answers the entry, its word and the region's bounds: the initiator's next batches pin
+//      that region with TryPin. A full table answers no lease (the region stays on the socket
+//      path; GrantServer::Options::lease_table_entries sizes it);
+//   3. moves the bytes of the pinned ranges (the engine checks each slice's deadline first);
+//   4. Release: decrements its counters, and sends a Release frame (one-way) only when Acquire
+//      pinned something.
+// Unregister (the registry's order, DESIGN.md): when the region starts closing, the registry
+// revokes its leases; the target stores kClosing in the entry's word (seq_cst), and its drainer
+// thread then waits until every live slot's counter of that entry is zero (polling, 50 us
+// doubling to 2 ms), frees the entry (the next lease of it has a new sequence, so no cached
+// word matches again) and releases the lease, which the registry's drain waits for like any pin
+// and bounds with the same timeout: an initiator that holds a pin and never lets go (frozen,
+// or writing garbage into its own slot) makes the unregister time out, as a held socket pin
+// did, and nothing else. A connection that closes releases every pin it held, socket and slot
+// alike: a dead initiator never blocks an unregister beyond the moment the kernel closes its
+// socket. The initiator checks its socket is not hung up before the first TryPin of a batch, so
+// it never copies on the table of a target that died.
+//
+// Trust: the target reads slot counters and nothing else an initiator writes; the slot memfd is
+// sealed against shrinking (an initiator cannot make the target's mapping fault), the table
+// against any writable mapping but the target's. A frozen target still honours the pins taken
+// through its table: slices on a leased region move while it is stopped (its memory is as live
+// as ever); slices that need an Acquire wait for it, up to their deadline.
 //
 // The channel also hands out file descriptors of shareable buffers (SCM_RIGHTS), so that a peer
 // maps each one once.
@@ -83,6 +118,10 @@ class GrantServer {
     // How long destruction waits for initiators to Release the pins they hold (they may be
     // copying) before it closes their connections anyway.
     std::chrono::milliseconds drain_timeout{5000};
+    // Entries of the lease table (regions whose pins go through shared memory, pin_table.h),
+    // 0..pins::kMaxEntries; 0: none, every batch asks over the socket. Each connection that
+    // pins through it maps a slot of 8 bytes per entry.
+    size_t lease_table_entries = 4096;
     // The cluster secret (see GrantAuth; empty or >= 16 bytes). With one, a connection must
     // finish the handshake within reply_timeout of its accept. Refusals are logged once per
     // peer process and counted in auth_refusals().
@@ -102,8 +141,11 @@ class GrantServer {
   virtual ~GrantServer() = default;
 
   virtual const std::string& path() const = 0;
-  // Pins currently held by all connections (tests); it drops just after the pins are released.
+  // Pins currently held by all connections through Acquire (tests); it drops just after the
+  // pins are released. Pins taken through the lease table are not counted.
   virtual int held_pins() const = 0;
+  // Regions leased into the table now (tests); an entry counts until its lease is released.
+  virtual int leased_regions() const = 0;
   // Frames that broke the protocol (each closed its connection) since Start.
   virtual uint64_t bad_frames() const = 0;
   // Connections refused by the authentication (each closed before its first frame).
@@ -131,8 +173,15 @@ class GrantConnection {
   }
   virtual ~GrantConnection() = default;
 
-  // Pins every range; results[i] is the target's answer for ranges[i] (Ok: pinned until
-  // Release). Returns a non-Ok status (and fills nothing) when the round trip failed:
+  // Pins `range` through the target's lease table, without a message, when this connection
+  // holds a lease covering it with its incarnation and generation that the target has not
+  // revoked (see above). True: pinned until Release. False: nothing pinned; ask with Acquire
+  // (also when the connection is broken or its target hung up). Does not look at the deadline.
+  virtual bool TryPin(const RangeRequest& range) = 0;
+  // Pins every range over the socket; results[i] is the target's answer for ranges[i] (Ok:
+  // pinned until Release), and the leases it grants are kept for TryPin. On first use it maps
+  // the target's lease table and this connection's slot (a target without a table is used
+  // without one). Returns a non-Ok status (and fills nothing) when the round trip failed:
   // Unavailable (peer gone), Timeout (no answer by `deadline`), InvalidArgument (too many
   // ranges).
   virtual Status Acquire(std::span<const RangeRequest> ranges, std::vector<Status>* results,
@@ -141,8 +190,9 @@ class GrantConnection {
                  std::chrono::milliseconds timeout) {
     return Acquire(ranges, results, std::chrono::steady_clock::now() + timeout);
   }
-  // Releases every pin this connection holds. Non-Ok only when the connection broke (the
-  // target releases the pins itself then).
+  // Releases every pin this connection holds: TryPin's (no message) and Acquire's (a Release
+  // frame, sent only when Acquire granted any since the last Release). Non-Ok only when the
+  // connection broke (the target releases the pins itself then).
   virtual Status Release() = 0;
   // Receives a dup of shareable buffer `id`'s fd, owned by the caller.
   virtual Result<int> FetchFd(uint64_t id, Deadline deadline) = 0;

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include "transport/conformance/test_context.h"
 #include "transport/samehost/grant_test_fixture.h"
 #include "transport/samehost/grant_wire.h"
+#include "transport/samehost/pin_table.h"
 
 namespace ferry::samehost {
 namespace {
@@ -69,6 +71,173 @@ TEST_F(GrantChannelTest, ServesAPrivateSocketUnderTheDirectoryAndRemovesIt) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   server_.reset();
   EXPECT_NE(::stat(path.c_str(), &st), 0);
+}
+
+// The lease table (grant_channel.h): a granted range leases its region, and later ranges in it
+// pin through shared memory with no message and no new check on the target, but only for the
+// generation and bounds leased; revoking the lease (the region closing) ends that at once,
+// and the revoked entry drains when the holding connection releases or closes. A full table
+// leaves a region on the socket path.
+TEST_F(GrantChannelTest, LeasedRegionsPinThroughTheTableUntilRevoked) {
+  std::vector<uint8_t> other(4096);
+  ctx_.AddRegion(other.data(), other.size(), /*generation=*/3, true, "shm");
+  GrantServer::Options options;
+  options.lease_table_entries = 1;
+  StartServer(options);
+  std::unique_ptr<GrantConnection> conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  EXPECT_FALSE(conn->TryPin(Range(0, 16))) << "pinned before any lease";
+  std::vector<Status> results;
+  const RangeRequest asked[] = {Range(0, 16), {Addr(other.data()), 16, kIncarnation, 3}};
+  ASSERT_TRUE(conn->Acquire(asked, &results, kTimeout).ok());
+  ASSERT_TRUE(results[0].ok() && results[1].ok());
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_EQ(server_->leased_regions(), 1) << "a table of one entry leased two regions";
+  EXPECT_FALSE(conn->TryPin(asked[1])) << "the region the full table did not lease";
+  const uint64_t checks = ctx_.pin_calls();
+  EXPECT_TRUE(conn->TryPin(Range(100, 3996)));
+  EXPECT_TRUE(conn->TryPin(Range(0, 4096)));
+  EXPECT_FALSE(conn->TryPin(Range(100, 3997))) << "past the leased region's end";
+  EXPECT_FALSE(conn->TryPin(Range(0, 16, /*generation=*/4))) << "another generation";
+  EXPECT_EQ(ctx_.pin_calls(), checks) << "a table pin asked the target";
+  // Revoked while pinned: no new pin, and the lease waits for this connection's pin.
+  ASSERT_TRUE(ctx_.CloseRegion(region_.data()));
+  std::unique_ptr<GrantConnection> late = Connect();
+  ASSERT_NE(late, nullptr);
+  const RangeRequest closed[] = {Range(0, 16)};
+  EXPECT_TRUE(late->Acquire(closed, &results, kTimeout).ok());
+  EXPECT_EQ(results[0].code(), StatusCode::kStale) << results[0];
+  EXPECT_FALSE(late->TryPin(Range(0, 16)));
+  EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(100))) << "the lease drained under a held pin";
+  ASSERT_TRUE(conn->Release().ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout)) << "the lease was not released once unpinned";
+  EXPECT_FALSE(conn->TryPin(Range(0, 16))) << "pinned a revoked lease";
+  // The count drops just after the lease's release (which WaitNoPins saw).
+  EXPECT_TRUE(WaitFor([&] { return server_->leased_regions() == 0; }, kTimeout));
+}
+
+// A lease the initiator still caches for a region that was unregistered must not pin through
+// the entry a later lease reuses, even when that later lease was pinned first in the same batch
+// (the once-per-batch shortcut). X leased at entry 0 and unregistered (the entry drains and is
+// freed); Y leased by the same connection at entry 0 again; a batch with a slice to Y then a
+// slice planned against X's old descriptor: the slice to X must go to the target (Stale).
+TEST_F(GrantChannelTest, AStaleLeaseAtAReusedEntryIsNotPinnedInTheSameBatch) {
+  GrantServer::Options options;
+  options.lease_table_entries = 2;
+  StartServer(options);
+  std::unique_ptr<GrantConnection> conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  std::vector<Status> results;
+  const RangeRequest x[] = {Range(0, 16)};
+  ASSERT_TRUE(conn->Acquire(x, &results, kTimeout).ok());
+  ASSERT_TRUE(results[0].ok()) << results[0];
+  ASSERT_TRUE(conn->Release().ok());
+  ASSERT_TRUE(ctx_.CloseRegion(region_.data()));  // X unregistered: its entry drains, is freed
+  ASSERT_TRUE(ctx_.WaitNoPins(kTimeout));
+  ASSERT_TRUE(WaitFor([&] { return server_->leased_regions() == 0; }, kTimeout));
+  std::vector<uint8_t> y(4096);
+  ctx_.AddRegion(y.data(), y.size(), /*generation=*/9, true, "shm");
+  const RangeRequest yr[] = {{Addr(y.data()), 16, kIncarnation, 9}};
+  ASSERT_TRUE(conn->Acquire(yr, &results, kTimeout).ok());
+  ASSERT_TRUE(results[0].ok()) << results[0];
+  ASSERT_TRUE(conn->Release().ok());
+  ASSERT_EQ(server_->leased_regions(), 1);
+  EXPECT_TRUE(conn->TryPin(yr[0])) << "Y's lease does not pin";
+  EXPECT_FALSE(conn->TryPin(x[0])) << "a slice to unregistered X pinned through Y's entry";
+  EXPECT_TRUE(conn->TryPin(yr[0])) << "Y's lease was dropped with X's";
+  ASSERT_TRUE(conn->Release().ok());
+  // And in a later batch, the stale lease (forgotten) stays refused.
+  EXPECT_FALSE(conn->TryPin(x[0]));
+  EXPECT_TRUE(conn->TryPin(yr[0]));
+  ASSERT_TRUE(conn->Release().ok());
+}
+
+// The initiator trusts a lease only as far as it can check it: a lease reply naming an entry
+// past the table's end, or a word that is not live, is ignored (those ranges go to the target
+// each time), while a sound one pins. A scripted target (real socket, real memfds) answers.
+TEST_F(GrantChannelTest, TheInitiatorIgnoresLeasesOutsideTheTableOrNotLive) {
+  constexpr size_t kEntries = 4;
+  Result<std::unique_ptr<pins::SharedWords>> table =
+      pins::SharedWords::Create("test-table", kEntries, /*peers_read_only=*/true);
+  Result<std::unique_ptr<pins::SharedWords>> slot =
+      pins::SharedWords::Create("test-slot", kEntries, /*peers_read_only=*/false);
+  ASSERT_TRUE(table.ok() && slot.ok());
+  const uint64_t live = pins::Word(1, pins::kLive);
+  const uint64_t closing = pins::Word(1, pins::kClosing);
+  (*table)->at(0).store(live);
+  (*table)->at(1).store(closing);  // what a careless initiator would match
+  struct Lease {
+    uint32_t index;
+    uint64_t word;
+    uint64_t addr;
+  };
+  const Lease answers[] = {{0, live, 0x10000}, {1, closing, 0x20000}, {kEntries, live, 0x30000}};
+
+  const std::string path = dir_ + "/scripted.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  std::thread target([&] {
+    pollfd ready{listener, POLLIN, 0};
+    if (::poll(&ready, 1, static_cast<int>(kTimeout.count())) != 1) return;
+    UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    wire::FrameHeader header;
+    std::string payload;
+    // Until the initiator closes (or the bound passes): answer each frame as a target would.
+    while (fd.valid() && wire::RecvFrame(fd.get(), deadline, &header, &payload, nullptr).ok()) {
+      std::string body;
+      int pass = -1;
+      wire::FrameType type = wire::FrameType::kAcquireReply;
+      if (header.type == wire::FrameType::kMapTable || header.type == wire::FrameType::kMapSlot) {
+        wire::PutStatus(&body, Status::Ok());
+        wire::PutU32(&body, kEntries);
+        const bool is_table = header.type == wire::FrameType::kMapTable;
+        type = is_table ? wire::FrameType::kMapTableReply : wire::FrameType::kMapSlotReply;
+        pass = is_table ? (*table)->fd() : (*slot)->fd();
+      } else if (header.type == wire::FrameType::kAcquire) {
+        wire::PutStatus(&body, Status::Ok());
+        wire::PutU32(&body, static_cast<uint32_t>(std::size(answers)));
+        for (const Lease& l : answers) {
+          wire::PutStatus(&body, Status::Ok());
+          wire::PutU32(&body, l.index);
+          wire::PutU64(&body, l.word);
+          wire::PutU64(&body, l.addr);
+          wire::PutU64(&body, 4096);
+        }
+      } else {
+        continue;  // Release: no reply
+      }
+      std::string frame;
+      wire::PutHeader(&frame, type, static_cast<uint32_t>(body.size()));
+      frame += body;
+      if (!wire::SendAll(fd.get(), frame, deadline, pass).ok()) break;
+    }
+  });
+  {
+    Result<std::unique_ptr<GrantConnection>> conn = GrantConnection::Connect(path, kTimeout);
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    std::vector<RangeRequest> asked;
+    for (const Lease& l : answers) asked.push_back({l.addr, 16, kIncarnation, 3});
+    std::vector<Status> results;
+    ASSERT_TRUE((*conn)->Acquire(asked, &results, kTimeout).ok());
+    ASSERT_EQ(results.size(), std::size(answers));
+    ASSERT_TRUE((*conn)->Release().ok());
+    EXPECT_TRUE((*conn)->TryPin(asked[0])) << "the sound lease does not pin";
+    EXPECT_EQ((*slot)->at(0).load(), 1u);
+    EXPECT_FALSE((*conn)->TryPin(asked[1])) << "pinned through a lease that was not live";
+    EXPECT_FALSE((*conn)->TryPin(asked[2])) << "pinned through an entry past the table";
+    EXPECT_EQ((*slot)->at(1).load(), 0u);
+    ASSERT_TRUE((*conn)->Release().ok());
+    EXPECT_EQ((*slot)->at(0).load(), 0u);
+    EXPECT_FALSE((*conn)->broken());
+  }
+  target.join();
+  ::close(listener);
+  ::unlink(path.c_str());
 }
 
 // The kernel names the process that listens (SO_PEERCRED): here, this one.
@@ -377,18 +546,39 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   wire::PutU32(&miscounted, 2);
   miscounted.append(wire::kRangeSize, '\0');
   bad_frames.push_back(miscounted);
-  std::string old_ranges;  // a version-1 sized range (no deadline) in a version-2 frame
+  std::string old_ranges;  // a version-1 sized range (no deadline) in a current frame
   wire::PutHeader(&old_ranges, wire::FrameType::kAcquire, 4 + 32);
   wire::PutU32(&old_ranges, 1);
   old_ranges.append(32, '\0');
   bad_frames.push_back(old_ranges);
-  std::string version1;
-  wire::PutHeader(&version1, wire::FrameType::kRelease, 0);
-  version1[5] = 1;
-  bad_frames.push_back(version1);
-  std::string reply_to_server;
-  wire::PutHeader(&reply_to_server, wire::FrameType::kAcquireReply, 0);
-  bad_frames.push_back(reply_to_server);
+  for (const uint8_t version : {uint8_t{1}, uint8_t{2}}) {  // older peers (2: no pin table)
+    std::string old;
+    wire::PutHeader(&old, wire::FrameType::kRelease, 0);
+    old[5] = static_cast<char>(version);
+    bad_frames.push_back(old);
+  }
+  std::string version2_acquire;  // what a version-2 initiator sends first: a valid v2 Acquire
+  wire::PutHeader(&version2_acquire, wire::FrameType::kAcquire, 4 + wire::kRangeSize);
+  wire::PutU32(&version2_acquire, 1);
+  wire::PutU64(&version2_acquire, Addr(region_.data()));
+  wire::PutU64(&version2_acquire, 8);
+  wire::PutU64(&version2_acquire, kIncarnation);
+  wire::PutU64(&version2_acquire, 3);
+  wire::PutU64(&version2_acquire, wire::kNoDeadline);
+  version2_acquire[5] = 2;
+  bad_frames.push_back(version2_acquire);
+  for (const auto type : {wire::FrameType::kAcquireReply, wire::FrameType::kMapTableReply,
+                          wire::FrameType::kMapSlotReply}) {
+    std::string reply_to_server;
+    wire::PutHeader(&reply_to_server, type, 0);
+    bad_frames.push_back(reply_to_server);
+  }
+  for (const auto type : {wire::FrameType::kMapTable, wire::FrameType::kMapSlot}) {
+    std::string with_payload;
+    wire::PutHeader(&with_payload, type, 4);
+    wire::PutU32(&with_payload, 0);
+    bad_frames.push_back(with_payload);
+  }
   std::string release_with_payload;
   wire::PutHeader(&release_with_payload, wire::FrameType::kRelease, 1);
   release_with_payload.push_back('x');

@@ -1,4 +1,5 @@
-// GrantConnection: the initiator side of the grant channel (grant_channel.h, grant_wire.h).
+// GrantConnection: the initiator side of the grant channel (grant_channel.h, grant_wire.h,
+// pin_table.h).
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,10 +10,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
 
 #include "common/log.h"
 #include "transport/samehost/grant_channel.h"
 #include "transport/samehost/grant_wire.h"
+#include "transport/samehost/pin_table.h"
 
 namespace ferry::samehost {
 namespace {
@@ -27,6 +32,38 @@ class UnixGrantConnection final : public GrantConnection {
     request_.reserve(wire::kHeaderSize + 4 + 64 * wire::kRangeSize);
   }
 
+  bool TryPin(const RangeRequest& r) override {
+    if (broken_ || slot_ == nullptr || leases_.empty()) return false;
+    auto it = leases_.upper_bound(r.addr);
+    if (it == leases_.begin()) return false;
+    --it;
+    const CachedLease& lease = it->second;
+    if (lease.incarnation != r.incarnation || lease.generation != r.generation ||
+        !pins::Covers(lease.addr, lease.length, r.addr, r.length)) {
+      return false;
+    }
+    // Pinned once per batch: the entry cannot drain while this connection's count is held, so
+    // the lease pinned through it is the one the entry holds until Release. Another lease of
+    // that entry cached here is stale (unregistered since; sequences only grow): forget it.
+    if (const uint64_t pinned = pinned_word_[lease.index]; pinned != 0) {
+      if (pinned == lease.word) return true;
+      leases_.erase(it);
+      return false;
+    }
+    if (!peer_checked_ && !PeerStillThere()) return false;
+    peer_checked_ = true;
+    std::atomic<uint64_t>& count = slot_->at(lease.index);
+    count.fetch_add(1);
+    if (table_->at(lease.index).load() != lease.word) {  // closing, or leased anew since
+      count.fetch_sub(1);
+      leases_.erase(it);
+      return false;
+    }
+    pinned_word_[lease.index] = lease.word;
+    pinned_.push_back(lease.index);
+    return true;
+  }
+
   Status Acquire(std::span<const RangeRequest> ranges, std::vector<Status>* results,
                  Deadline deadline) override {
     if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
@@ -34,6 +71,7 @@ class UnixGrantConnection final : public GrantConnection {
       return InvalidArgumentError("grant Acquire takes 1.." + std::to_string(wire::kMaxRanges) +
                                   " ranges, not " + std::to_string(ranges.size()));
     }
+    if (!attached_) RETURN_IF_ERROR(Attach(deadline));
     request_.clear();
     const auto payload = static_cast<uint32_t>(4 + ranges.size() * wire::kRangeSize);
     wire::PutHeader(&request_, FrameType::kAcquire, payload);
@@ -49,11 +87,19 @@ class UnixGrantConnection final : public GrantConnection {
     RETURN_IF_ERROR(CheckNotRefused(deadline));
     wire::FrameHeader header;
     RETURN_IF_ERROR(Check(wire::RecvFrame(fd_.get(), deadline, &header, &reply_, nullptr)));
-    return ParseAcquireReply(header, ranges.size(), results);
+    return ParseAcquireReply(header, ranges, results);
   }
 
   Status Release() override {
+    for (uint32_t index : pinned_) {
+      slot_->at(index).fetch_sub(1);
+      pinned_word_[index] = 0;
+    }
+    pinned_.clear();
+    peer_checked_ = false;
     if (broken_) return UnavailableError("grant connection to " + path_ + " is broken");
+    if (!socket_pins_) return Status::Ok();
+    socket_pins_ = false;
     std::string frame;
     wire::PutHeader(&frame, FrameType::kRelease, 0);
     // A release never waits on the target for long: the frame is 8 bytes.
@@ -85,6 +131,81 @@ class UnixGrantConnection final : public GrantConnection {
   pid_t peer_pid() const override { return peer_pid_; }
 
  private:
+  // A region lease the target granted (an Acquire reply), for TryPin.
+  struct CachedLease {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint64_t incarnation = 0;
+    uint64_t generation = 0;
+    uint32_t index = 0;
+    uint64_t word = 0;  // the entry's table word while this lease is live
+  };
+
+  // Maps the target's lease table and this connection's slot (once, before the first Acquire).
+  // A target without a table, or a mapping the kernel refuses, leaves the connection on the
+  // socket path; only an I/O failure (the connection breaks) is an error.
+  Status Attach(Deadline deadline) {
+    attached_ = true;
+    uint32_t entries = 0;
+    UniqueFd table_fd;
+    RETURN_IF_ERROR(
+        MapRequest(FrameType::kMapTable, FrameType::kMapTableReply, deadline, &entries, &table_fd));
+    if (!table_fd.valid()) return Status::Ok();
+    Result<std::unique_ptr<pins::SharedWords>> table =
+        pins::SharedWords::Map(table_fd.get(), entries, /*writable=*/false);
+    if (!table.ok()) {
+      FERRY_LOG(kDebug) << "grant channel " << path_ << ": no pin table: " << table.status();
+      return Status::Ok();
+    }
+    uint32_t slot_entries = 0;
+    UniqueFd slot_fd;
+    RETURN_IF_ERROR(MapRequest(FrameType::kMapSlot, FrameType::kMapSlotReply, deadline,
+                               &slot_entries, &slot_fd));
+    if (!slot_fd.valid()) return Status::Ok();
+    Result<std::unique_ptr<pins::SharedWords>> slot =
+        slot_entries == entries ? pins::SharedWords::Map(slot_fd.get(), entries, /*writable=*/true)
+                                : Result<std::unique_ptr<pins::SharedWords>>(
+                                      InvalidArgumentError("pin slot and table sizes differ"));
+    if (!slot.ok()) {
+      FERRY_LOG(kDebug) << "grant channel " << path_ << ": no pin slot: " << slot.status();
+      return Status::Ok();
+    }
+    table_ = std::move(table).value();
+    slot_ = std::move(slot).value();
+    pinned_word_.assign(entries, 0);
+    return Status::Ok();
+  }
+
+  // One kMapTable / kMapSlot round trip: *fd holds the file the target sent (none when it
+  // answered a refusal, e.g. no table).
+  Status MapRequest(FrameType type, FrameType reply_type, Deadline deadline, uint32_t* entries,
+                    UniqueFd* fd) {
+    std::string frame;
+    wire::PutHeader(&frame, type, 0);
+    RETURN_IF_ERROR(Check(wire::SendAll(fd_.get(), frame, deadline)));
+    RETURN_IF_ERROR(CheckNotRefused(deadline));
+    wire::FrameHeader header;
+    RETURN_IF_ERROR(Check(wire::RecvFrame(fd_.get(), deadline, &header, &reply_, fd)));
+    wire::Reader reader(reply_);
+    Status answer;
+    if (header.type != reply_type || !reader.GetStatus(&answer) || !reader.GetU32(entries) ||
+        reader.remaining() != 0 || answer.ok() != fd->valid()) {
+      return BadFrame("malformed pin table reply");
+    }
+    if (!answer.ok()) FERRY_LOG(kDebug) << "grant channel " << path_ << ": " << answer;
+    return Status::Ok();
+  }
+
+  // False (and the connection broken) when the target hung up: its table may say live for
+  // ever once it died.
+  bool PeerStillThere() {
+    pollfd p{fd_.get(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) == 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return true;
+    broken_ = true;
+    fd_.Reset();
+    return false;
+  }
+
   // Before the first reply is read as a frame: a server that requires authentication (or
   // found ours wrong) answers with a refusal (common/peer_auth.h) instead, which is returned as
   // PermissionDenied; the connection is then broken.
@@ -116,8 +237,9 @@ class UnixGrantConnection final : public GrantConnection {
 
   Status BadFrame(const std::string& what) { return Check(InvalidArgumentError(what)); }
 
-  Status ParseAcquireReply(const wire::FrameHeader& header, size_t count,
+  Status ParseAcquireReply(const wire::FrameHeader& header, std::span<const RangeRequest> ranges,
                            std::vector<Status>* results) {
+    const size_t count = ranges.size();
     wire::Reader reader(reply_);
     Status overall;
     uint32_t n = 0;
@@ -131,10 +253,29 @@ class UnixGrantConnection final : public GrantConnection {
     }
     if (n != count) return BadFrame("Acquire reply answers the wrong number of ranges");
     std::vector<Status> out(count);
-    for (Status& s : out) {
-      if (!reader.GetStatus(&s)) return BadFrame("malformed Acquire reply");
+    std::vector<std::pair<size_t, CachedLease>> leases;
+    for (size_t i = 0; i < count; ++i) {
+      if (!reader.GetStatus(&out[i])) return BadFrame("malformed Acquire reply");
+      if (!out[i].ok()) continue;
+      CachedLease lease{.incarnation = ranges[i].incarnation, .generation = ranges[i].generation};
+      if (!reader.GetU32(&lease.index) || !reader.GetU64(&lease.word) ||
+          !reader.GetU64(&lease.addr) || !reader.GetU64(&lease.length)) {
+        return BadFrame("malformed Acquire reply");
+      }
+      leases.emplace_back(i, lease);
     }
     if (reader.remaining() != 0) return BadFrame("malformed Acquire reply");
+    socket_pins_ = socket_pins_ || !leases.empty();  // one per granted range
+    if (table_ != nullptr) {
+      for (const auto& [i, lease] : leases) {
+        if (lease.index == pins::kNoLease || lease.index >= table_->count() ||
+            pins::StateOf(lease.word) != pins::kLive) {
+          continue;
+        }
+        if (leases_.size() >= table_->count()) leases_.clear();  // bounded like the table
+        leases_[lease.addr] = lease;
+      }
+    }
     *results = std::move(out);
     return Status::Ok();
   }
@@ -146,6 +287,17 @@ class UnixGrantConnection final : public GrantConnection {
   bool first_reply_ = true;  // no reply read yet (CheckNotRefused)
   std::string request_;
   std::string reply_;
+  bool socket_pins_ = false;  // Acquire granted pins since the last Release
+  // The shared pin table (pin_table.h); null without one.
+  bool attached_ = false;  // Attach ran
+  std::unique_ptr<pins::SharedWords> table_;
+  std::unique_ptr<pins::SharedWords> slot_;
+  std::map<uint64_t, CachedLease> leases_;  // by region start
+  std::vector<uint32_t> pinned_;            // entries pinned since Release (one count each)
+  // Per entry: the word of the lease pinned through it since Release (never 0: a live word);
+  // 0 when not pinned.
+  std::vector<uint64_t> pinned_word_;
+  bool peer_checked_ = false;  // PeerStillThere ran since Release
 };
 
 }  // namespace

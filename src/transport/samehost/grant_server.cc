@@ -1,7 +1,9 @@
 // GrantServer: the target side of the grant channel (grant_channel.h, grant_wire.h). One accept
 // thread and one thread per connection; every thread waits in poll on its socket and on an
 // eventfd that the destructor makes readable, so stopping is prompt. A connection thread that
-// ends signals another eventfd, and the accept thread joins it at once.
+// ends signals another eventfd, and the accept thread joins it at once. A drainer thread frees
+// the lease table's entries that were revoked (or closed by the destructor) once no slot pins
+// them (pin_table.h).
 #include <dirent.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -14,14 +16,18 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
+#include <map>
 #include <random>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "common/log.h"
 #include "common/mutex.h"
 #include "common/peer_auth.h"
 #include "transport/samehost/grant_channel.h"
 #include "transport/samehost/grant_wire.h"
+#include "transport/samehost/pin_table.h"
 
 namespace ferry::samehost {
 namespace {
@@ -33,6 +39,14 @@ constexpr size_t kMaxConnections = 1024;  // more are closed at once
 // refused (Again) so one connection cannot pile up pins (and memory) without releasing.
 constexpr size_t kMaxHeldPinsPerConnection = 4 * wire::kMaxRanges;
 constexpr size_t kRecvChunk = 64 * 1024;
+// How often the drainer looks again at a closing entry that a slot still pins: from kPollMin,
+// doubling to kPollMax (the initiator does not signal its unpin; unregister is rare).
+constexpr auto kPollMin = std::chrono::microseconds(50);
+constexpr auto kPollMax = std::chrono::milliseconds(2);
+// Bounds the drainer's wait with nothing closing (revocations and closes wake it sooner).
+constexpr auto kDrainerIdle = std::chrono::hours(1);
+
+using Clock = std::chrono::steady_clock;
 
 std::string RandomHex() {
   std::random_device rd;
@@ -50,17 +64,50 @@ struct ServerConnection {
   std::atomic<bool> done{false};
 };
 
+// What one connection holds, owned by its thread: its Acquire pins and its pin slot.
+struct ConnectionPins {
+  std::vector<AccessPin> pins;
+  std::unique_ptr<pins::SharedWords> slot;  // once the initiator asked for it (kMapSlot)
+};
+
+// One entry of the lease table, host side. `revoked` is set by the registry's revocation (any
+// thread); the rest is guarded by the server's table_mu_.
+struct LeaseEntry {
+  bool used = false;      // leased, or being leased
+  uint64_t sequence = 0;  // of the entry's current (or last) lease
+  uint64_t addr = 0;      // the leased region and the identity it was leased for
+  uint64_t length = 0;
+  uint64_t incarnation = 0;
+  uint64_t generation = 0;
+  AccessPin lease;  // the context's lease; released once the entry drained
+  std::atomic<bool> revoked{false};
+};
+
+// What an Acquire reply says of a granted range's lease.
+struct LeaseAnswer {
+  uint32_t index = pins::kNoLease;
+  uint64_t word = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+};
+
 // Thread contract: see GrantServer.
 class UnixGrantServer final : public GrantServer {
  public:
   UnixGrantServer(TransportContext* ctx, Options options, std::string path, UniqueFd listen_fd,
-                  UniqueFd wake_fd, UniqueFd reap_fd)
+                  UniqueFd wake_fd, UniqueFd reap_fd, std::unique_ptr<pins::SharedWords> table)
       : ctx_(ctx),
         options_(std::move(options)),
         path_(std::move(path)),
         listen_fd_(std::move(listen_fd)),
         wake_fd_(std::move(wake_fd)),
-        reap_fd_(std::move(reap_fd)) {}
+        reap_fd_(std::move(reap_fd)),
+        table_(std::move(table)),
+        entries_(table_ != nullptr ? new LeaseEntry[table_->count()] : nullptr) {
+    if (table_ == nullptr) return;
+    MutexLock lock(table_mu_);
+    for (size_t i = table_->count(); i > 0; --i) free_.push_back(static_cast<uint32_t>(i - 1));
+  }
 
   ~UnixGrantServer() override {
     Drain();
@@ -77,27 +124,39 @@ class UnixGrantServer final : public GrantServer {
       conns.swap(conns_);
     }
     for (auto& c : conns) c->thread.join();
+    StopDrainer();
     ::unlink(path_.c_str());
   }
 
   void StartAccepting() {
+    if (table_ != nullptr) drainer_ = std::thread([this] { DrainLoop(); });
     accept_thread_ = std::thread([this] { AcceptLoop(); });
   }
 
   const std::string& path() const override { return path_; }
   int held_pins() const override { return held_pins_.load(std::memory_order_acquire); }
+  int leased_regions() const override { return leased_.load(std::memory_order_acquire); }
   uint64_t bad_frames() const override { return bad_frames_.load(std::memory_order_relaxed); }
   uint64_t auth_refusals() const override { return refusals_.count(); }
 
  private:
-  // Refuses new grants and waits (bounded) for the held ones to be released.
+  // Refuses new grants, closes every lease table entry, and waits (bounded) for the pins held,
+  // socket and slot alike, to be released.
   void Drain() {
-    draining_.store(true);
+    draining_.store(true);  // seq_cst: LeaseFor's check after publishing an entry sees it
+    if (table_ != nullptr) {
+      std::vector<uint32_t> closed;
+      for (size_t i = 0; i < table_->count(); ++i) {
+        if (CloseEntry(static_cast<uint32_t>(i))) closed.push_back(static_cast<uint32_t>(i));
+      }
+      Closing(closed);
+    }
     const auto deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
     int left = 0;
     {
       MutexLock lock(drain_mu_);
-      while ((left = held_pins_.load()) > 0 && std::chrono::steady_clock::now() < deadline) {
+      while ((left = held_pins_.load() + leased_.load()) > 0 &&
+             std::chrono::steady_clock::now() < deadline) {
         (void)drained_cv_.WaitUntil(drain_mu_, deadline);
       }
     }
@@ -171,18 +230,19 @@ class UnixGrantServer final : public GrantServer {
 
   // The connection's loop: reads frames, answers them, and lets its pins go when it ends.
   void Serve(ServerConnection* conn) {
-    std::vector<AccessPin> pins;
+    ConnectionPins held;
     try {
       std::string first;  // what the handshake read of the first frame (no secret here)
       if (Authenticate(conn->fd.get(), &first)) {
-        ServeFrames(conn->fd.get(), std::move(first), &pins);
+        ServeFrames(conn->fd.get(), std::move(first), &held);
       }
     } catch (const std::exception& e) {
       FERRY_LOG(kError) << "grant server " << path_ << ": connection failed: " << e.what();
     } catch (...) {
       FERRY_LOG(kError) << "grant server " << path_ << ": connection failed";
     }
-    DropPins(&pins);
+    DropPins(&held.pins);
+    DropSlot(&held.slot);
     ::shutdown(conn->fd.get(), SHUT_RDWR);
     conn->done.store(true, std::memory_order_release);
     const uint64_t one = 1;
@@ -234,7 +294,7 @@ class UnixGrantServer final : public GrantServer {
   }
 
   // `in`: the first bytes of the first frame, already read (at most 4: never a whole frame).
-  void ServeFrames(int fd, std::string in, std::vector<AccessPin>* pins) {
+  void ServeFrames(int fd, std::string in, ConnectionPins* held) {
     size_t consumed = 0;  // bytes of `in` already handled
     pollfd fds[2] = {{fd, POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     for (;;) {
@@ -252,14 +312,14 @@ class UnixGrantServer final : public GrantServer {
         return;
       }
       in.resize(old + static_cast<size_t>(got));
-      if (!HandleFrames(fd, in, &consumed, pins)) return;
+      if (!HandleFrames(fd, in, &consumed, held)) return;
       in.erase(0, consumed);
       consumed = 0;
     }
   }
 
   // Handles every complete frame in `in` from `*consumed` on. False: close the connection.
-  bool HandleFrames(int fd, const std::string& in, size_t* consumed, std::vector<AccessPin>* pins) {
+  bool HandleFrames(int fd, const std::string& in, size_t* consumed, ConnectionPins* held) {
     while (in.size() - *consumed >= wire::kHeaderSize) {
       const auto* head = reinterpret_cast<const uint8_t*>(in.data() + *consumed);
       Result<wire::FrameHeader> header = wire::ParseHeader(head);
@@ -268,27 +328,33 @@ class UnixGrantServer final : public GrantServer {
       if (in.size() - *consumed < total) return true;  // wait for the rest
       std::string_view payload(in.data() + *consumed + wire::kHeaderSize, header->payload_length);
       *consumed += total;
-      if (!HandleFrame(fd, header->type, payload, pins)) return false;
+      if (!HandleFrame(fd, header->type, payload, held)) return false;
     }
     return true;
   }
 
-  bool HandleFrame(int fd, FrameType type, std::string_view payload, std::vector<AccessPin>* pins) {
+  bool HandleFrame(int fd, FrameType type, std::string_view payload, ConnectionPins* held) {
     switch (type) {
       case FrameType::kAcquire:
-        return HandleAcquire(fd, payload, pins);
+        return HandleAcquire(fd, payload, held);
       case FrameType::kRelease:
         if (!payload.empty()) return BadFrame("Release with a payload");
-        DropPins(pins);
+        DropPins(&held->pins);
         return true;
       case FrameType::kFetchFd:
         return HandleFetchFd(fd, payload);
+      case FrameType::kMapTable:
+        if (!payload.empty()) return BadFrame("MapTable with a payload");
+        return HandleMapTable(fd);
+      case FrameType::kMapSlot:
+        if (!payload.empty()) return BadFrame("MapSlot with a payload");
+        return HandleMapSlot(fd, held);
       default:
         return BadFrame("a reply frame sent to the server");
     }
   }
 
-  bool HandleAcquire(int fd, std::string_view payload, std::vector<AccessPin>* pins) {
+  bool HandleAcquire(int fd, std::string_view payload, ConnectionPins* held) {
     wire::Reader reader(payload);
     uint32_t count = 0;
     if (!reader.GetU32(&count) || count == 0 || count > wire::kMaxRanges ||
@@ -326,9 +392,267 @@ class UnixGrantServer final : public GrantServer {
                                              "grant request"));
         continue;
       }
-      wire::PutStatus(&reply, Pin(r, pins));
+      const Status pinned = Pin(r, &held->pins);
+      wire::PutStatus(&reply, pinned);
+      if (!pinned.ok()) continue;
+      const LeaseAnswer lease = held->slot != nullptr ? LeaseFor(r) : LeaseAnswer{};
+      wire::PutU32(&reply, lease.index);
+      wire::PutU64(&reply, lease.word);
+      wire::PutU64(&reply, lease.addr);
+      wire::PutU64(&reply, lease.length);
     }
     return SendReply(fd, &reply, -1);
+  }
+
+  // ---- the lease table (pin_table.h) ----
+
+  bool HandleMapTable(int fd) {
+    std::string reply;
+    wire::PutHeader(&reply, FrameType::kMapTableReply, 0);
+    if (table_ == nullptr) {
+      wire::PutStatus(&reply, NotFoundError("grant server " + path_ + " has no lease table"));
+      wire::PutU32(&reply, 0);
+      return SendReply(fd, &reply, -1);
+    }
+    wire::PutStatus(&reply, Status::Ok());
+    wire::PutU32(&reply, static_cast<uint32_t>(table_->count()));
+    return SendReply(fd, &reply, table_->fd());
+  }
+
+  // Makes the connection's slot (once) and sends its fd.
+  bool HandleMapSlot(int fd, ConnectionPins* held) {
+    std::string reply;
+    wire::PutHeader(&reply, FrameType::kMapSlotReply, 0);
+    Status made = table_ == nullptr ? NotFoundError("grant server " + path_ + " has no lease table")
+                  : held->slot != nullptr ? InvalidArgumentError("this connection has a pin slot")
+                                          : Status::Ok();
+    if (made.ok()) {
+      Result<std::unique_ptr<pins::SharedWords>> slot =
+          pins::SharedWords::Create("ferry-pin-slot", table_->count(), /*peers_read_only=*/false);
+      if (slot.ok()) {
+        held->slot = std::move(slot).value();
+        MutexLock lock(table_mu_);
+        slots_.push_back(held->slot.get());
+      } else {
+        made = slot.status();
+      }
+    }
+    wire::PutStatus(&reply, made);
+    wire::PutU32(&reply, made.ok() ? static_cast<uint32_t>(table_->count()) : 0);
+    return SendReply(fd, &reply, made.ok() ? held->slot->fd() : -1);
+  }
+
+  // Forgets a closed connection's slot: whatever it pinned is released with it.
+  void DropSlot(std::unique_ptr<pins::SharedWords>* slot) {
+    if (*slot == nullptr) return;
+    {
+      MutexLock lock(table_mu_);
+      std::erase(slots_, slot->get());
+    }
+    slot->reset();
+    Poke();  // an entry waiting for this slot's pins may drain now
+  }
+
+  // The entry leasing the region around `r` for r's identity, if one is live.
+  LeaseAnswer FindLiveLocked(const RangeRequest& r) REQUIRES(table_mu_) {
+    auto it = live_.upper_bound(r.addr);
+    if (it == live_.begin()) return {};
+    --it;
+    const LeaseEntry& e = entries_[it->second];
+    const uint64_t word = table_->at(it->second).load();
+    if (pins::StateOf(word) != pins::kLive || e.incarnation != r.incarnation ||
+        e.generation != r.generation || !pins::Covers(e.addr, e.length, r.addr, r.length)) {
+      return {};
+    }
+    return {it->second, word, e.addr, e.length};
+  }
+
+  // A lease of the region around `r` (just pinned through the context, so it checks out):
+  // the live entry leasing it, or a new one. None when the table is full or stopping, or when the
+  // context does not lease.
+  LeaseAnswer LeaseFor(const RangeRequest& r) {
+    uint32_t index = 0;
+    uint64_t sequence = 0;
+    {
+      MutexLock lock(table_mu_);
+      if (draining_.load()) return {};
+      if (LeaseAnswer found = FindLiveLocked(r); found.index != pins::kNoLease) return found;
+      if (free_.empty()) return {};
+      index = free_.back();
+      free_.pop_back();
+      LeaseEntry& e = entries_[index];
+      e.used = true;
+      e.revoked.store(false);
+      sequence = ++e.sequence;
+    }
+    Result<RegionLease> lease =
+        ctx_->LeaseRemoteRegion(r.addr, r.length, r.incarnation, r.generation, options_.transport,
+                                [this, index] { Revoked(index); });
+    LeaseAnswer other;
+    {
+      MutexLock lock(table_mu_);
+      LeaseEntry& e = entries_[index];
+      if (lease.ok() && !draining_.load() && (other = FindLiveLocked(r)).index == pins::kNoLease) {
+        e.addr = lease->region_addr;
+        e.length = lease->region_length;
+        e.incarnation = r.incarnation;
+        e.generation = r.generation;
+        e.lease = std::move(lease->pin);
+        leased_.fetch_add(1);
+        const uint64_t word = pins::Word(sequence, pins::kLive);
+        table_->at(index).store(word);
+        // Revoked before it was published, or destruction began (its Drain may have passed
+        // this entry while it was free: seq_cst on both sides, so one of us sees the other):
+        // closed at once, for the drainer to free.
+        if (e.revoked.load() || draining_.load()) {
+          if (CloseEntry(index)) Closing({&index, 1});
+          return {};
+        }
+        live_[e.addr] = index;
+        return {index, word, e.addr, e.length};
+      }
+    }
+    // Not kept (refused, stopping, or another connection won). The lease is released before
+    // the entry is freed, so its revocation cannot reach whichever lease takes the entry next.
+    if (lease.ok()) lease->pin.Release();
+    MutexLock lock(table_mu_);
+    entries_[index].used = false;
+    free_.push_back(index);
+    return other;
+  }
+
+  // kLive -> kClosing for entry `i`; any thread, no lock. True when this call made the change
+  // (once per lease: the caller then hands the entry to the drainer with Closing).
+  bool CloseEntry(uint32_t i) {
+    std::atomic<uint64_t>& word = table_->at(i);
+    uint64_t now = word.load();
+    while (pins::StateOf(now) == pins::kLive) {
+      if (word.compare_exchange_weak(now, (now & ~pins::kStateMask) | pins::kClosing)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The context's revocation of entry `i`'s lease (its region started closing). Runs with a
+  // registry lock held: touches atomics and the drainer's leaf lock only.
+  void Revoked(uint32_t i) {
+    entries_[i].revoked.store(true);
+    if (CloseEntry(i)) Closing({&i, 1});
+  }
+
+  // Hands entries just closed (CloseEntry true) to the drainer, which looks at these only.
+  void Closing(std::span<const uint32_t> closed) {
+    if (closed.empty()) return;
+    MutexLock lock(wake_mu_);
+    closing_.insert(closing_.end(), closed.begin(), closed.end());
+    poked_ = true;
+    wake_cv_.NotifyAll();
+  }
+
+  void Poke() {
+    MutexLock lock(wake_mu_);
+    poked_ = true;
+    wake_cv_.NotifyAll();
+  }
+
+  // The drainer: frees the closing entries (closing_) once no slot pins them, looking again
+  // (with backoff) at those still pinned, and at nothing else.
+  void DrainLoop() {
+    Clock::duration backoff = kPollMin;
+    bool pending = false;
+    std::vector<uint32_t> closing;
+    for (;;) {
+      {
+        MutexLock lock(wake_mu_);
+        const auto until = Clock::now() + (pending ? backoff : Clock::duration(kDrainerIdle));
+        while (!poked_ && !drainer_stop_ && Clock::now() < until) {
+          (void)wake_cv_.WaitUntil(wake_mu_, until);
+        }
+        if (drainer_stop_) return;
+        poked_ = false;
+        closing.insert(closing.end(), closing_.begin(), closing_.end());
+        closing_.clear();
+      }
+      const bool was_pending = pending;
+      pending = FreeDrainedEntries(&closing);
+      backoff = pending && was_pending ? std::min<Clock::duration>(backoff * 2, kPollMax)
+                                       : Clock::duration(kPollMin);
+    }
+  }
+
+  // Frees each entry of `closing` that no live slot pins, releasing its lease; keeps the ones
+  // still pinned in `closing`. True when one is.
+  bool FreeDrainedEntries(std::vector<uint32_t>* closing) {
+    std::vector<AccessPin> released;
+    std::vector<uint32_t> freed;
+    {
+      MutexLock lock(table_mu_);
+      std::vector<uint32_t> still_pinned;
+      for (uint32_t i : *closing) {
+        LeaseEntry& e = entries_[i];
+        // Each lease is handed over once, when it closes, and stays closing until freed here.
+        if (!e.used || !e.lease.held() || pins::StateOf(table_->at(i).load()) != pins::kClosing) {
+          continue;
+        }
+        if (PinnedLocked(i)) {
+          still_pinned.push_back(i);
+          continue;
+        }
+        auto it = live_.find(e.addr);
+        if (it != live_.end() && it->second == i) live_.erase(it);
+        table_->at(i).store(pins::Word(e.sequence, pins::kFree));
+        released.push_back(std::move(e.lease));
+        freed.push_back(i);
+      }
+      closing->swap(still_pinned);
+    }
+    const bool pending = !closing->empty();
+    if (freed.empty()) return pending;
+    released.clear();  // outside the lock: releasing calls the context
+    {
+      // Only now may an entry be leased again: its old lease can no longer be revoked.
+      MutexLock lock(table_mu_);
+      for (uint32_t i : freed) {
+        entries_[i].used = false;
+        free_.push_back(i);
+      }
+    }
+    leased_.fetch_sub(static_cast<int>(freed.size()));
+    if (draining_.load()) {
+      MutexLock lock(drain_mu_);
+      drained_cv_.NotifyAll();
+    }
+    return pending;
+  }
+
+  // Whether any live slot pins entry `i` (seq_cst loads, after the entry's kClosing store).
+  bool PinnedLocked(uint32_t i) REQUIRES(table_mu_) {
+    for (const pins::SharedWords* slot : slots_) {
+      if (slot->at(i).load() != 0) return true;
+    }
+    return false;
+  }
+
+  // Stops the drainer and releases the leases left (destruction, after every connection ended
+  // and the drain wait ran out or succeeded).
+  void StopDrainer() {
+    if (table_ == nullptr) return;
+    {
+      MutexLock lock(wake_mu_);
+      drainer_stop_ = true;
+      wake_cv_.NotifyAll();
+    }
+    if (drainer_.joinable()) drainer_.join();
+    std::vector<AccessPin> released;
+    {
+      MutexLock lock(table_mu_);
+      for (size_t i = 0; i < table_->count(); ++i) {
+        if (entries_[i].lease.held()) released.push_back(std::move(entries_[i].lease));
+      }
+      live_.clear();
+    }
+    leased_.fetch_sub(static_cast<int>(released.size()));
   }
 
   Status Pin(const RangeRequest& r, std::vector<AccessPin>* pins) {
@@ -384,6 +708,7 @@ class UnixGrantServer final : public GrantServer {
   const UniqueFd wake_fd_;  // eventfd; written once by the destructor, never read
   const UniqueFd reap_fd_;  // eventfd; written by each connection thread as it ends
   std::atomic<int> held_pins_{0};
+  std::atomic<int> leased_{0};  // entries holding a lease (LeaseEntry::lease)
   std::atomic<uint64_t> bad_frames_{0};
   auth::RefusalLog refusals_;  // connections refused by the authentication
   std::atomic<bool> draining_{false};  // set once destruction begins
@@ -392,6 +717,22 @@ class UnixGrantServer final : public GrantServer {
   Mutex mu_;
   std::list<std::unique_ptr<ServerConnection>> conns_ GUARDED_BY(mu_);
   std::thread accept_thread_;
+
+  // The lease table; both null when Options::lease_table_entries is 0.
+  const std::unique_ptr<pins::SharedWords> table_;
+  const std::unique_ptr<LeaseEntry[]> entries_;  // table_->count() of them
+  Mutex table_mu_;  // never held while calling the context (which may revoke)
+  std::vector<uint32_t> free_ GUARDED_BY(table_mu_);                   // entries free to lease
+  std::map<uint64_t, uint32_t> live_ GUARDED_BY(table_mu_);            // region start -> its entry
+  std::vector<const pins::SharedWords*> slots_ GUARDED_BY(table_mu_);  // of live connections
+  Mutex wake_mu_;  // with wake_cv_: wakes the drainer and hands it closing_; a leaf lock
+  CondVar wake_cv_;
+  bool poked_ GUARDED_BY(wake_mu_) = false;
+  // Entries closed (CloseEntry) since the drainer last looked; each lease at most once, so at
+  // most table_->count() of them.
+  std::vector<uint32_t> closing_ GUARDED_BY(wake_mu_);
+  bool drainer_stop_ GUARDED_BY(wake_mu_) = false;
+  std::thread drainer_;
 };
 
 // True when nothing listens on the Unix socket at `path` any more (connect is refused).
@@ -486,6 +827,10 @@ Result<std::unique_ptr<GrantServer>> GrantServer::Start(TransportContext* ctx, O
                                 std::to_string(wire::kMaxRanges));
   }
   RETURN_IF_ERROR(auth::ValidateSecret(options.auth_secret).WithContext("grant server"));
+  if (options.lease_table_entries > pins::kMaxEntries) {
+    return InvalidArgumentError("grant server: lease_table_entries must be 0.." +
+                                std::to_string(pins::kMaxEntries));
+  }
   if (options.reply_timeout.count() <= 0 || options.drain_timeout.count() < 0) {
     return InvalidArgumentError("grant server: reply_timeout must be > 0, drain_timeout >= 0");
   }
@@ -494,11 +839,17 @@ Result<std::unique_ptr<GrantServer>> GrantServer::Start(TransportContext* ctx, O
   if (!wake.valid() || !reap.valid()) {
     return UnavailableError("grant server eventfd: " + ErrnoText(errno));
   }
+  std::unique_ptr<pins::SharedWords> table;
+  if (options.lease_table_entries > 0) {
+    ASSIGN_OR_RETURN(table,
+                     pins::SharedWords::Create("ferry-pin-table", options.lease_table_entries,
+                                               /*peers_read_only=*/true));
+  }
   SweepDeadSockets(options.dir, options.transport);
   ASSIGN_OR_RETURN(auto bound, BindUnique(options.dir, options.transport));
-  auto server =
-      std::make_unique<UnixGrantServer>(ctx, std::move(options), std::move(bound.first),
-                                        std::move(bound.second), std::move(wake), std::move(reap));
+  auto server = std::make_unique<UnixGrantServer>(ctx, std::move(options), std::move(bound.first),
+                                                  std::move(bound.second), std::move(wake),
+                                                  std::move(reap), std::move(table));
   server->StartAccepting();
   return std::unique_ptr<GrantServer>(std::move(server));
 }

@@ -114,7 +114,7 @@ Result<FrameHeader> ParseHeader(const uint8_t* b) {
                                 " bytes exceeds the limit");
   }
   if (b[4] < static_cast<uint8_t>(FrameType::kAcquire) ||
-      b[4] > static_cast<uint8_t>(FrameType::kFetchFdReply)) {
+      b[4] > static_cast<uint8_t>(FrameType::kMapSlotReply)) {
     return InvalidArgumentError("unknown grant frame type " + std::to_string(b[4]));
   }
   if (b[5] != kVersion) {

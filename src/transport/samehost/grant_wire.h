@@ -2,23 +2,32 @@
 // purpose). Internal to transport/samehost.
 //
 // Every frame is an 8-byte header and a payload, little-endian (common/wire_codec.h):
-//   u32 payload_length | u8 type | u8 version (2) | u16 reserved (0)
+//   u32 payload_length | u8 type | u8 version (3) | u16 reserved (0)
 // Payloads:
 //   kAcquire        u32 count, count x {u64 addr, u64 length, u64 incarnation, u64 generation,
 //                   u64 deadline}   (deadline: CLOCK_MONOTONIC nanoseconds, all ones = none)
-//   kAcquireReply   status, u32 count, count x status    (status: u8 code, u16 n, n bytes text;
-//                   the code is common/wire_status.h's number)
+//   kAcquireReply   status, u32 count, count x {status, and when it is Ok: u32 lease index
+//                   (pins::kNoLease: none), u64 lease word, u64 region addr, u64 region length}
+//                   (status: u8 code, u16 n, n bytes text; the code is common/wire_status.h's
+//                   number; the lease fields are pin_table.h's)
 //   kRelease        (empty; no reply)
 //   kFetchFd        u64 buffer id
 //   kFetchFdReply   status; exactly one fd rides along (SCM_RIGHTS) when the code is Ok
+//   kMapTable       (empty)
+//   kMapTableReply  status, u32 entries; the lease table's memfd (read-only) rides along when Ok
+//   kMapSlot        (empty)
+//   kMapSlotReply   status, u32 entries; this connection's pin slot memfd rides along when Ok
 // A payload longer than kMaxFramePayload, an unknown type or version, a non-zero reserved field,
 // a payload whose length disagrees with its content, or a status code the wire table does not
 // know is a bad frame: the receiver closes the connection.
 //
-// Version 2 added the deadline to each range. A version-1 peer and a version-2 peer do not talk:
-// each closes the other's connection as a bad frame (the initiator sees Unavailable and the
-// engine falls back to another transport). Deadlines are steady_clock (CLOCK_MONOTONIC) values,
-// comparable because both ends run on one host (same host is what these transports require).
+// Version 3 added the pin table (kMapTable, kMapSlot, the lease fields of an Acquire reply).
+// Version 2 added the deadline to each range. Peers of different versions (1, 2, 3) do not
+// talk: each closes the other's connection as a bad frame at its first frame (the initiator
+// sees Unavailable and the engine falls back to another transport): a version-2 and a
+// version-3 process of one host move their bytes over another transport until both run the
+// same version. Deadlines are steady_clock (CLOCK_MONOTONIC) values, comparable because both
+// ends run on one host (same host is what these transports require).
 //
 // Thread contract: UniqueFd is thread-compatible; the functions are thread-safe.
 #pragma once
@@ -43,14 +52,15 @@ namespace wire {
 
 using Deadline = std::chrono::steady_clock::time_point;
 
-constexpr uint8_t kVersion = 2;
+constexpr uint8_t kVersion = 3;
 constexpr size_t kHeaderSize = 8;
 constexpr size_t kRangeSize = 40;
 // The most ranges one Acquire may carry, whatever a server allows.
 constexpr size_t kMaxRanges = 4096;
 // Status texts on the wire are cut to this many bytes.
 constexpr size_t kMaxStatusText = 255;
-// Hard limit on a payload: an Acquire reply of kMaxRanges statuses with full texts fits.
+// Hard limit on a payload: an Acquire reply of kMaxRanges statuses with full texts (or leases)
+// fits.
 constexpr uint32_t kMaxFramePayload = 2u << 20;
 
 enum class FrameType : uint8_t {
@@ -59,6 +69,10 @@ enum class FrameType : uint8_t {
   kRelease = 3,
   kFetchFd = 4,
   kFetchFdReply = 5,
+  kMapTable = 6,
+  kMapTableReply = 7,
+  kMapSlot = 8,
+  kMapSlotReply = 9,
 };
 
 // A range's deadline on the wire: steady_clock nanoseconds; kNoDeadline for time_point::max().

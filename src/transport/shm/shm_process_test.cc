@@ -455,6 +455,60 @@ TEST_F(ShmProcessTest, AFrozenTargetTimesOutAtTheDeadlineAndNothingLandsAfterItR
   }
 }
 
+// Roles reversed: this process is the target, the peer process an initiator. An initiator
+// killed (SIGKILL) while it holds a pin taken through the target's lease table blocks the
+// region's unregister only until the kernel closes its grant connection; a new initiator
+// process then pins and writes the region registered again, and the old generation is Stale.
+TEST_F(ShmProcessTest, AnInitiatorKilledHoldingAPinDoesNotBlockUnregister) {
+  constexpr uint64_t kTargetIncarnation = 0x7a7;
+  TestContext target_ctx(kTargetIncarnation);
+  ShmTransportOptions options;
+  options.socket_dir = dir_->path();
+  ShmTransport target(options);
+  Result<std::string> published = target.Start(&target_ctx, {"target", ""});
+  ASSERT_TRUE(published.ok()) << published.status();
+  Result<shm::PeerAddress> address = shm::DecodePeerAddress(*published);
+  ASSERT_TRUE(address.ok()) << address.status();
+  std::vector<uint8_t> region(64 * kKiB, 0);
+  const auto addr = reinterpret_cast<uint64_t>(region.data());
+  ASSERT_TRUE(
+      target.RegisterMemory(addr, region.size(), Location::Cpu(), MemoryAccess::kRemote).ok());
+  target_ctx.AddRegion(region.data(), region.size(), 1, true, "shm");
+  auto hold = [&](uint64_t generation, const std::string& byte) {
+    return Command("hold " + address->socket_path + " " + std::to_string(addr) + " 4096 " +
+                   std::to_string(kTargetIncarnation) + " " + std::to_string(generation) + byte);
+  };
+
+  ASSERT_EQ(hold(1, ""), "held");
+  // The Acquire's socket pin went with its Release; the lease (and the pin on it) stay.
+  ASSERT_TRUE(target_ctx.WaitNoPins(kWait));
+  EXPECT_EQ(target_ctx.active_leases(), 1);
+  // Unregister step 1 revokes the lease; the pin the initiator holds keeps it from draining.
+  ASSERT_TRUE(target_ctx.CloseRegion(region.data()));
+  EXPECT_FALSE(target_ctx.WaitNoPins(milliseconds(200))) << "the drain ignored a held pin";
+  child_->Kill();
+  child_.reset();
+  // The kernel closes the dead initiator's connection: its pins go, the region drains.
+  ASSERT_TRUE(target_ctx.WaitNoPins(kWait)) << "a killed initiator's pin kept the region";
+  EXPECT_EQ(target_ctx.active_leases(), 0);
+  ASSERT_TRUE(target.UnregisterMemory(addr, region.size()).ok());
+
+  ASSERT_TRUE(
+      target.RegisterMemory(addr, region.size(), Location::Cpu(), MemoryAccess::kRemote).ok());
+  target_ctx.AddRegion(region.data(), region.size(), 2, true, "shm");
+  SpawnPeer(false);
+  const std::string stale = hold(1, " 7");
+  EXPECT_NE(stale.find("refused Stale"), std::string::npos) << stale;
+  EXPECT_EQ(hold(2, " 66"), "held");
+  for (size_t i = 0; i < region.size(); ++i) {
+    ASSERT_EQ(region[i], i < 4096 ? 66 : 0) << "at " << i;
+  }
+  EXPECT_EQ(Command("quit"), "bye");
+  child_->Stop(milliseconds(2000));
+  child_.reset();
+  target.Stop();
+}
+
 double GiBps(size_t bytes, std::chrono::steady_clock::duration took) {
   return static_cast<double>(bytes) / (1 << 30) / std::chrono::duration<double>(took).count();
 }

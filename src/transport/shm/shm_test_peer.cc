@@ -9,10 +9,17 @@
 //   waitnopins <ms>              -> "ok" | "timeout"
 //   nodump                       -> "ok" | "error <errno>"  (prctl PR_SET_DUMPABLE 0)
 //   ptracer                      -> "ptracer 0|1"  (whether Start asked for PR_SET_PTRACER_ANY)
+//   hold <socket> <addr> <len> <incarnation> <generation> [<byte>]
+//                                -> "held" | "refused <status>"
+//       as an initiator of another target: a grant connection to <socket> asks for the range
+//       (Acquire, Release), then pins it through the target's lease table (TryPin) and keeps
+//       the pin (and the connection) until quit; with <byte>, writes the range full of it with
+//       process_vm_writev under that pin first.
 //   quit                         -> "bye", then exits 0
 // At start it prints "ready <incarnation> <published shm bytes>". argv[1]: the socket dir;
 // argv[2] "noptrace" (optional): ShmTransportOptions::allow_same_user_ptrace = false.
 #include <sys/prctl.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 #include <chrono>
@@ -26,6 +33,7 @@
 #include <vector>
 
 #include "transport/conformance/test_context.h"
+#include "transport/samehost/grant_channel.h"
 #include "transport/shm/shm_test_pattern.h"
 #include "transport/shm/shm_transport.h"
 
@@ -90,6 +98,8 @@ class Peer {
     } else if (cmd == "ptracer") {
       std::cout << "ptracer " << (transport_->stats().same_user_ptrace_requested ? 1 : 0)
                 << std::endl;
+    } else if (cmd == "hold") {
+      Hold(in);
     } else if (cmd == "quit") {
       std::cout << "bye" << std::endl;
       return false;
@@ -126,6 +136,47 @@ class Peer {
     std::cout << "region " << addr << " " << *key << std::endl;
   }
 
+  void Hold(std::istringstream& in) {
+    std::string socket;
+    samehost::RangeRequest range;
+    if (!(in >> socket >> range.addr >> range.length >> range.incarnation >> range.generation)) {
+      std::cout << "refused bad arguments" << std::endl;
+      return;
+    }
+    int byte = -1;
+    in >> byte;
+    Result<std::unique_ptr<samehost::GrantConnection>> connection =
+        samehost::GrantConnection::Connect(socket, std::chrono::seconds(5));
+    if (!connection.ok()) {
+      std::cout << "refused " << connection.status() << std::endl;
+      return;
+    }
+    std::vector<Status> answers;
+    Status asked = (*connection)->Acquire({&range, 1}, &answers, std::chrono::seconds(5));
+    if (asked.ok()) asked = answers[0];
+    (void)(*connection)->Release();
+    if (!asked.ok()) {
+      std::cout << "refused " << asked << std::endl;
+      return;
+    }
+    if (!(*connection)->TryPin(range)) {
+      std::cout << "refused no pin through the lease table" << std::endl;
+      return;
+    }
+    if (byte >= 0) {
+      std::vector<uint8_t> bytes(range.length, static_cast<uint8_t>(byte));
+      iovec local{bytes.data(), bytes.size()};
+      iovec remote{Ptr(range.addr), bytes.size()};
+      if (::process_vm_writev((*connection)->peer_pid(), &local, 1, &remote, 1, 0) !=
+          static_cast<ssize_t>(bytes.size())) {
+        std::cout << "refused process_vm_writev: " << std::strerror(errno) << std::endl;
+        return;
+      }
+    }
+    held_.push_back(std::move(connection).value());
+    std::cout << "held" << std::endl;
+  }
+
   void Check(const uint8_t* p, uint64_t length, uint8_t byte) {
     for (uint64_t i = 0; i < length; ++i) {
       if (p[i] != byte) {
@@ -140,6 +191,7 @@ class Peer {
   std::unique_ptr<ShmTransport> transport_;
   std::vector<void*> shared_;
   std::vector<std::unique_ptr<uint8_t[]>> heap_;
+  std::vector<std::unique_ptr<samehost::GrantConnection>> held_;  // "hold": pins kept
 };
 
 }  // namespace

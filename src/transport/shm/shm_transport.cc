@@ -54,6 +54,7 @@ TransportCapabilities ShmTransport::capabilities() const {
   caps.reaches_other_hosts = false;
   caps.reaches_device_memory = false;
   caps.allocates_shared_memory = true;
+  caps.preferred_slice_size = uint64_t{256} << 10;  // the copy workers share a request's slices
   return caps;
 }
 
@@ -82,6 +83,7 @@ Result<std::string> ShmTransport::Start(TransportContext* ctx, const TransportSt
   server_options.close_fetched_fds = true;
   server_options.max_ranges_per_acquire = shm::kMaxBatch;
   server_options.drain_timeout = options_.io_timeout;
+  server_options.lease_table_entries = options_.lease_table_entries;
   ASSIGN_OR_RETURN(runtime->server, samehost::GrantServer::Start(ctx, std::move(server_options)));
   if (options_.allow_same_user_ptrace) {
     shm::AllowSameUserAttach();
@@ -161,6 +163,7 @@ ShmTransportStats ShmTransport::stats() const {
   out.mapped_slices = c.mapped_slices.load(std::memory_order_relaxed);
   out.failed_slices = e.failed_slices;
   out.grant_round_trips = e.grant_round_trips;
+  out.table_pinned_slices = e.table_pinned_slices;
   out.fd_fetches = c.fd_fetches.load(std::memory_order_relaxed);
   out.mappings_dropped = c.mappings_dropped.load(std::memory_order_relaxed);
   out.timed_out_slices = e.timed_out_slices;

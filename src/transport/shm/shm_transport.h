@@ -1,7 +1,9 @@
 // ShmTransport ("shm"): moves slices between processes of one host without a network stack
 // (DESIGN.md, transport/shm/). The initiator moves the bytes itself, under a grant from the
 // target (transport/samehost/grant_channel.h): per batch it pins the remote ranges on the
-// target, copies, and releases the pins.
+// target, copies, and releases the pins. Pins of a region the initiator's grant connection
+// already leased go through the target's shared lease table (no message); the first batch to a
+// region, and every refusal, take a round trip over the grant socket.
 //
 // Two ways to copy, chosen by the remote buffer's key:
 //  - "cma": any registered CPU memory, with process_vm_writev / process_vm_readv into or from
@@ -21,7 +23,9 @@
 //
 // The queue, workers, grant round trips and deadlines are samehost::CopyEngine's
 // (transport/samehost/copy_engine.h): a slice completes Timeout at its deadline, and nothing of
-// it is copied afterwards (the target, too, refuses a range whose deadline has passed).
+// it is copied afterwards (the target, too, refuses a range whose deadline has passed). A frozen
+// target's leased regions stay writable (its table still holds them); other slices to it wait
+// for its answer up to their deadline.
 //
 // Start() publishes "v1:<pid>:<grant socket path>" as SegmentDesc::transports["shm"]. The socket
 // is mode 0600, so only the same user (or root) can be granted access.
@@ -57,6 +61,10 @@ struct ShmTransportOptions {
   // Grant connections unused for this long are closed (the target's thread for each goes with
   // it). 0: kept until the link is dropped.
   std::chrono::milliseconds idle_timeout{0};
+  // Regions this target leases to initiators at once, for pins without a round trip
+  // (samehost::GrantServer::Options::lease_table_entries); each grant connection to it maps
+  // 8 bytes per entry. 0: every batch pins over the grant socket.
+  size_t lease_table_entries = 4096;
   // Start() calls prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY): under Yama ptrace_scope 1, peers
   // of this user may then copy into this process with CMA, and may also ptrace all of it (see
   // EngineOptions::allow_same_user_ptrace, which the engine sets this from). false: no call;
@@ -71,6 +79,7 @@ struct ShmTransportStats {
   uint64_t mapped_slices = 0;            // slices moved with memcpy through a mapped shared buffer
   uint64_t failed_slices = 0;            // slices completed with an error (Canceled excluded)
   uint64_t grant_round_trips = 0;        // Acquire calls made by this initiator
+  uint64_t table_pinned_slices = 0;      // slices pinned through a target's lease table
   uint64_t fd_fetches = 0;               // shared buffer fds fetched and mapped
   uint64_t mappings_dropped = 0;         // cached mappings dropped after a Stale/NotFound answer
   uint64_t timed_out_slices = 0;         // slices completed with Timeout (their deadline passed)
