@@ -5,18 +5,14 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
-#include <nlohmann/json.hpp>
-#include <span>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/base64.h"
+#include "core/json_reader.h"
 
 namespace ferry {
 namespace {
-
-using Json = nlohmann::json;
 
 constexpr size_t kMaxTextBytes = 255;
 constexpr size_t kMaxTransportNameBytes = 32;
@@ -142,8 +138,17 @@ Status CheckLocation(const Location& loc, const Path& path) {
   return Status::Ok();
 }
 
+// The error of an opaque map holding more than limits.max_transports entries (decoding stops
+// at the first entry past the limit, so the message names no count).
+Status MapTooLarge(const Path& path, const DecodeLimits& limits) {
+  return path.Error("more than " + std::to_string(limits.max_transports) +
+                    " entries, over the limit of " + std::to_string(limits.max_transports) +
+                    " (one per transport)");
+}
+
 Status CheckOpaqueMap(const std::map<std::string, std::string>& map, const Path& path,
                       const DecodeLimits& limits) {
+  if (map.size() > limits.max_transports) return MapTooLarge(path, limits);
   for (const auto& [name, bytes] : map) {
     const Path entry = path.Field(name);
     RETURN_IF_ERROR(CheckTransportName(name, entry));
@@ -172,9 +177,11 @@ Status CheckBuffer(const BufferDesc& b, const Path& path, const DecodeLimits& li
   return CheckOpaqueMap(b.keys, path.Field("keys"), limits);
 }
 
-Status CheckCount(size_t count, size_t limit, const Path& path) {
+// `setting`: where the limit comes from, named in the error when not empty.
+Status CheckCount(size_t count, size_t limit, const Path& path, std::string_view setting = {}) {
   if (count <= limit) return Status::Ok();
-  return path.Error(std::to_string(count) + " entries, over the limit of " + std::to_string(limit));
+  return path.Error(std::to_string(count) + " entries, over the limit of " + std::to_string(limit) +
+                    (setting.empty() ? "" : " (" + std::string(setting) + ")"));
 }
 
 // Every per-field rule; buffer order and overlaps are checked separately.
@@ -197,7 +204,8 @@ Status CheckFields(const SegmentDesc& d, const DecodeLimits& limits) {
   }
   RETURN_IF_ERROR(CheckOpaqueMap(d.transports, root.Field("transports"), limits));
   const Path buffers = root.Field("buffers");
-  RETURN_IF_ERROR(CheckCount(d.buffers.size(), limits.max_buffers, buffers));
+  RETURN_IF_ERROR(
+      CheckCount(d.buffers.size(), limits.max_buffers, buffers, limits.max_buffers_setting));
   for (size_t i = 0; i < d.buffers.size(); ++i) {
     RETURN_IF_ERROR(CheckBuffer(d.buffers[i], buffers.Index(i), limits));
   }
@@ -284,202 +292,58 @@ void AppendBuffer(std::string* out, const BufferDesc& b) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Parsing: a DOM builder that refuses what nlohmann's own parser would let through
+// Decoding: the text is read once, straight into the structs (no document is built)
 
-// Builds the document like nlohmann's DOM parser, but stops at the first duplicate key or at a
-// container nested deeper than `max_depth` (before allocating it), and turns parser errors
-// into a Status. nlohmann's parser is iterative, so depth costs no stack either way.
-class StrictDomBuilder final : public nlohmann::json_sax<Json> {
- public:
-  explicit StrictDomBuilder(int max_depth) : max_depth_(std::max(max_depth, 0)) {}
+using JsonType = JsonReader::Type;
 
-  Json& root() { return root_; }
-  const Status& error() const { return error_; }
+constexpr std::string_view kRootName = "segment descriptor";  // how errors name the root
 
-  bool null() override { return Add(Json(nullptr)); }
-  bool boolean(bool v) override { return Add(Json(v)); }
-  bool number_integer(number_integer_t v) override { return Add(Json(v)); }
-  bool number_unsigned(number_unsigned_t v) override { return Add(Json(v)); }
-  bool number_float(number_float_t v, const string_t&) override { return Add(Json(v)); }
-  bool string(string_t& v) override { return Add(Json(std::move(v))); }
-  bool binary(binary_t&) override { return Fail(InternalError("binary value in JSON text")); }
-  bool start_object(std::size_t) override { return Open(Json::value_t::object); }
-  bool start_array(std::size_t) override { return Open(Json::value_t::array); }
-  bool end_object() override { return Close(); }
-  bool end_array() override { return Close(); }
-
-  bool key(string_t& name) override {
-    if (stack_.back()->contains(name)) {
-      std::string path = PathOfTop();
-      return Fail(FieldError(path.empty() ? name : path + "." + name, "duplicate field"));
-    }
-    pending_key_ = std::move(name);
-    return true;
-  }
-
-  // what() reads "[json.exception.parse_error.101] parse error at line 1, column 7: ...": the
-  // position (1-based, at the offending byte) is kept, the tag dropped.
-  bool parse_error(std::size_t, const std::string&, const Json::exception& ex) override {
-    std::string_view what = ex.what();
-    const size_t tag_end = what.find("] ");
-    if (tag_end != std::string_view::npos) what.remove_prefix(tag_end + 2);
-    return Fail(InvalidArgumentError("invalid JSON: " + std::string(what)));
-  }
-
- private:
-  bool Fail(Status s) {
-    error_ = std::move(s);
-    return false;
-  }
-
-  bool Add(Json v) {
-    Insert(std::move(v));
-    return true;
-  }
-
-  // Places `v` in the open container (or as the root); returns where it now lives.
-  Json* Insert(Json v) {
-    if (stack_.empty()) {
-      root_ = std::move(v);
-      return &root_;
-    }
-    Json* top = stack_.back();
-    if (top->is_array()) {
-      top->get_ref<Json::array_t&>().push_back(std::move(v));
-      return &top->get_ref<Json::array_t&>().back();
-    }
-    auto& object = top->get_ref<Json::object_t&>();
-    return &object.emplace(std::move(pending_key_), std::move(v)).first->second;
-  }
-
-  bool Open(Json::value_t type) {
-    if (stack_.size() >= static_cast<size_t>(max_depth_)) {
-      return Fail(FieldError(PathOfTop(), "JSON nesting is deeper than the limit of " +
-                                              std::to_string(max_depth_) + " levels"));
-    }
-    stack_.push_back(Insert(Json(type)));
-    return true;
-  }
-
-  bool Close() {
-    stack_.pop_back();
-    return true;
-  }
-
-  // The path of the innermost open container; computed only for error messages.
-  std::string PathOfTop() const {
-    std::string out;
-    for (size_t k = 1; k < stack_.size(); ++k) {
-      const Json& parent = *stack_[k - 1];
-      if (parent.is_array()) {
-        out += "[" + std::to_string(parent.size() - 1) + "]";
-        continue;
-      }
-      for (auto it = parent.begin(); it != parent.end(); ++it) {
-        if (&*it != stack_[k]) continue;
-        if (!out.empty()) out += '.';
-        out += it.key();
-      }
-    }
-    return out;
-  }
-
-  int max_depth_;
-  Json root_;
-  std::vector<Json*> stack_;  // open containers, outermost first; each lives inside root_
-  std::string pending_key_;
-  Status error_;
-};
-
-Status ParseStrict(std::string_view text, int max_depth, Json* out) {
-  StrictDomBuilder builder(max_depth);
-  if (!Json::sax_parse(text.data(), text.data() + text.size(), &builder)) {
-    return builder.error().ok() ? InternalError("JSON parser stopped without an error")
-                                : builder.error();
-  }
-  *out = std::move(builder.root());
-  return Status::Ok();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading the document into a SegmentDesc (types and shape; values are checked afterwards)
-
-std::string_view TypeWord(Json::value_t type) {
-  static constexpr std::pair<Json::value_t, std::string_view> kWords[] = {
-      {Json::value_t::null, "null"},
-      {Json::value_t::boolean, "a boolean"},
-      {Json::value_t::string, "a string"},
-      {Json::value_t::array, "an array"},
-      {Json::value_t::object, "an object"},
-      {Json::value_t::number_integer, "a signed integer"},
-      {Json::value_t::number_unsigned, "an unsigned integer"},
-      {Json::value_t::number_float, "a non-integer number"}};
-  for (const auto& [t, word] : kWords) {
-    if (t == type) return word;
+std::string_view TypeWord(JsonType type) {
+  switch (type) {
+    case JsonType::kNull:
+      return "null";
+    case JsonType::kBoolean:
+      return "a boolean";
+    case JsonType::kString:
+      return "a string";
+    case JsonType::kArray:
+      return "an array";
+    case JsonType::kObject:
+      return "an object";
+    case JsonType::kSigned:
+      return "a signed integer";
+    case JsonType::kUnsigned:
+      return "an unsigned integer";
+    case JsonType::kFloat:
+      return "a non-integer number";
+    case JsonType::kError:
+      break;
   }
   return "an unsupported value";
 }
 
-Status ExpectType(const Json& j, Json::value_t want, const Path& path) {
-  if (j.type() == want) return Status::Ok();
-  return path.Error("must be " + std::string(TypeWord(want)) + " (got " +
-                    std::string(TypeWord(j.type())) + ")");
+std::string NestingTooDeep(const std::string& parent_path, int max_depth) {
+  return FieldError(parent_path, "JSON nesting is deeper than the limit of " +
+                                     std::to_string(max_depth) + " levels")
+      .message();
 }
 
-// `j` is an object whose fields are all in `known`.
-Status ExpectObject(const Json& j, const Path& path, std::span<const std::string_view> known) {
-  RETURN_IF_ERROR(ExpectType(j, Json::value_t::object, path));
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (std::find(known.begin(), known.end(), it.key()) == known.end()) {
-      return path.Field(it.key()).Error("unknown field (schema v1)");
-    }
+// a == b, inlined: the names compared here are a few bytes long, too short for a memcmp call.
+bool SameText(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
   }
-  return Status::Ok();
+  return true;
 }
 
-// The field `name` of `object` (at `path`), present and of type `want`.
-Result<const Json*> Member(const Json& object, const Path& path, std::string_view name,
-                           Json::value_t want) {
-  const auto it = object.find(name);
-  if (it == object.end()) return path.Field(name).Error("missing");
-  RETURN_IF_ERROR(ExpectType(*it, want, path.Field(name)));
-  return &*it;
-}
-
-// Reads the field `name` of `object` into `out`: a uint64_t, std::string or bool field.
-template <typename T>
-Status ReadScalar(const Json& object, const Path& path, std::string_view name, T* out) {
-  constexpr Json::value_t kType = std::is_same_v<T, bool>          ? Json::value_t::boolean
-                                  : std::is_same_v<T, std::string> ? Json::value_t::string
-                                                                   : Json::value_t::number_unsigned;
-  static_assert(kType != Json::value_t::number_unsigned || std::is_same_v<T, uint64_t>);
-  ASSIGN_OR_RETURN(const Json* j, Member(object, path, name, kType));
-  *out = j->get<T>();
-  return Status::Ok();
-}
-
-Status ReadLocation(const Json& object, const Path& path, std::string_view name, Location* out) {
-  std::string text;
-  RETURN_IF_ERROR(ReadScalar(object, path, name, &text));
-  Result<Location> loc = Location::Parse(text);
-  if (!loc.ok()) return path.Field(name).Error(loc.status().message());
-  *out = *loc;
-  return Status::Ok();
-}
-
-// An object of transport name -> base64 opaque bytes.
-Status ReadOpaqueMap(const Json& object, const Path& path, std::string_view name,
-                     std::map<std::string, std::string>* out) {
-  ASSIGN_OR_RETURN(const Json* map, Member(object, path, name, Json::value_t::object));
-  const Path map_path = path.Field(name);
-  for (auto it = map->begin(); it != map->end(); ++it) {
-    const Path entry = map_path.Field(it.key());
-    RETURN_IF_ERROR(ExpectType(*it, Json::value_t::string, entry));
-    Result<std::string> bytes = Base64Decode(it->get_ref<const std::string&>());
-    if (!bytes.ok()) return entry.Error(bytes.status().message());
-    out->emplace(it.key(), std::move(bytes).value());
+// The index of `name` in `fields`, or N.
+template <size_t N>
+size_t FieldIndex(const std::string_view (&fields)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (SameText(name, fields[i])) return i;
   }
-  return Status::Ok();
+  return N;
 }
 
 constexpr std::string_view kRootFields[] = {"schema_version", "name",    "incarnation", "rpc",
@@ -490,75 +354,292 @@ constexpr std::string_view kDeviceFields[] = {"name", "transport", "location"};
 constexpr std::string_view kBufferFields[] = {
     "addr", "length", "location", "generation", "remote_accessible", "keys"};
 
-Status ReadRpc(const Json& j, const Path& path, RpcEndpoint* out) {
-  RETURN_IF_ERROR(ExpectObject(j, path, kRpcFields));
-  RETURN_IF_ERROR(ReadScalar(j, path, "host", &out->host));
-  uint64_t port = 0;
-  RETURN_IF_ERROR(ReadScalar(j, path, "port", &port));
-  if (port == 0 || port > 65535) {
-    return path.Field("port").Error("must be 1..65535 (got " + std::to_string(port) + ")");
+// Reads one schema-v1 document into a SegmentDesc in a single pass, checking each value's type
+// and each object's shape (unknown, duplicate and missing fields, array lengths, nesting) as it
+// arrives. Values are checked afterwards (CheckFields). The first error stops the read: a
+// syntax or nesting error stays in the JsonReader; any other is shape_error().
+// Thread contract: one read per object, on one thread.
+class DescReader {
+ public:
+  DescReader(std::string_view text, const DecodeLimits& limits)
+      : json_(text), limits_(limits), max_depth_(std::max(limits.max_depth, 0)) {}
+
+  bool Read(SegmentDesc* out) {
+    const Path root;
+    if (!OpenObject(root, root, 1)) return false;
+    uint64_t version = 0;
+    const bool read = ReadFields(root, kRootFields, [&](size_t field, const Path& path) {
+      switch (field) {
+        case 0:
+          if (!ReadUint(path, &version)) return false;
+          // The version before anything after it: a newer document's fields read as an
+          // unsupported version (the same rule applies to what came before; see TakeError).
+          if (version != SegmentDesc::kSchemaVersion) return Shape(BadVersion(version));
+          out->schema_version = SegmentDesc::kSchemaVersion;
+          return true;
+        case 1:
+          return ReadText(path, &out->name);
+        case 2:
+          return ReadUint(path, &out->incarnation);
+        case 3:
+          return ReadRpc(path, root, &out->rpc);
+        case 4:
+          return ReadHost(path, root, &out->host);
+        case 5:
+          return ReadList(path, root, 2, limits_.max_devices, {}, &out->devices,
+                          [this](const Path& p, const Path& parent, DeviceDesc* d) {
+                            return ReadDevice(p, parent, d);
+                          });
+        case 6:
+          return ReadOpaqueMap(path, root, 2, &out->transports);
+        default:
+          return ReadList(path, root, 2, limits_.max_buffers, limits_.max_buffers_setting,
+                          &out->buffers, [this](const Path& p, const Path& parent, BufferDesc* b) {
+                            return ReadBuffer(p, parent, b);
+                          });
+      }
+    });
+    return read && json_.ExpectEnd();
   }
-  out->port = static_cast<uint16_t>(port);
-  return Status::Ok();
-}
 
-Status ReadHost(const Json& j, const Path& path, HostIdentity* out) {
-  RETURN_IF_ERROR(ExpectObject(j, path, kHostFields));
-  RETURN_IF_ERROR(ReadScalar(j, path, "hostname", &out->hostname));
-  RETURN_IF_ERROR(ReadScalar(j, path, "boot_id", &out->boot_id));
-  return ReadScalar(j, path, "pid_namespace", &out->pid_namespace);
-}
-
-Status ReadDevice(const Json& j, const Path& path, DeviceDesc* out) {
-  RETURN_IF_ERROR(ExpectObject(j, path, kDeviceFields));
-  RETURN_IF_ERROR(ReadScalar(j, path, "name", &out->name));
-  RETURN_IF_ERROR(ReadScalar(j, path, "transport", &out->transport));
-  return ReadLocation(j, path, "location", &out->location);
-}
-
-Status ReadBuffer(const Json& j, const Path& path, BufferDesc* out) {
-  RETURN_IF_ERROR(ExpectObject(j, path, kBufferFields));
-  RETURN_IF_ERROR(ReadScalar(j, path, "addr", &out->addr));
-  RETURN_IF_ERROR(ReadScalar(j, path, "length", &out->length));
-  RETURN_IF_ERROR(ReadLocation(j, path, "location", &out->location));
-  RETURN_IF_ERROR(ReadScalar(j, path, "generation", &out->generation));
-  RETURN_IF_ERROR(ReadScalar(j, path, "remote_accessible", &out->remote_accessible));
-  return ReadOpaqueMap(j, path, "keys", &out->keys);
-}
-
-// The array field `name`, at most `limit` long, each element read by `read_one`.
-template <typename T, typename ReadOne>
-Status ReadArray(const Json& object, const Path& path, std::string_view name, size_t limit,
-                 ReadOne read_one, std::vector<T>* out) {
-  ASSIGN_OR_RETURN(const Json* array, Member(object, path, name, Json::value_t::array));
-  const Path array_path = path.Field(name);
-  RETURN_IF_ERROR(CheckCount(array->size(), limit, array_path));
-  out->resize(array->size());
-  for (size_t i = 0; i < array->size(); ++i) {
-    RETURN_IF_ERROR(read_one((*array)[i], array_path.Index(i), &(*out)[i]));
+  // The error of a failed Read, by the order of the checks: invalid JSON or nesting anywhere in
+  // the text first, then the root's schema_version, then the shape error Read stopped at.
+  Status TakeError(std::string_view text) {
+    if (json_.failed()) return InvalidArgumentError(json_.error());
+    Status earlier = SyntaxOrVersionError(text);
+    return earlier.ok() ? std::move(shape_error_) : earlier;
   }
-  return Status::Ok();
-}
 
-Status ReadSegmentDesc(const Json& doc, const DecodeLimits& limits, SegmentDesc* out) {
-  const Path root;
-  RETURN_IF_ERROR(ExpectType(doc, Json::value_t::object, root));
-  // The version first: a newer document's new fields should read as "unsupported version".
-  uint64_t version = 0;
-  RETURN_IF_ERROR(ReadScalar(doc, root, "schema_version", &version));
-  if (version != SegmentDesc::kSchemaVersion) return BadVersion(version);
-  out->schema_version = SegmentDesc::kSchemaVersion;
-  RETURN_IF_ERROR(ExpectObject(doc, root, kRootFields));
-  RETURN_IF_ERROR(ReadScalar(doc, root, "name", &out->name));
-  RETURN_IF_ERROR(ReadScalar(doc, root, "incarnation", &out->incarnation));
-  ASSIGN_OR_RETURN(const Json* rpc, Member(doc, root, "rpc", Json::value_t::object));
-  RETURN_IF_ERROR(ReadRpc(*rpc, root.Field("rpc"), &out->rpc));
-  ASSIGN_OR_RETURN(const Json* host, Member(doc, root, "host", Json::value_t::object));
-  RETURN_IF_ERROR(ReadHost(*host, root.Field("host"), &out->host));
-  RETURN_IF_ERROR(ReadArray(doc, root, "devices", limits.max_devices, ReadDevice, &out->devices));
-  RETURN_IF_ERROR(ReadOpaqueMap(doc, root, "transports", &out->transports));
-  return ReadArray(doc, root, "buffers", limits.max_buffers, ReadBuffer, &out->buffers);
-}
+ private:
+  bool Shape(Status s) {
+    shape_error_ = std::move(s);
+    return false;
+  }
+
+  // The next value is of type `want`; a shape error at `path` otherwise.
+  bool Expect(JsonType want, const Path& path) {
+    const JsonType got = json_.Peek();
+    if (got == want) return true;
+    if (got == JsonType::kError) return false;
+    return Shape(path.Error("must be " + std::string(TypeWord(want)) + " (got " +
+                            std::string(TypeWord(got)) + ")"));
+  }
+
+  // Opens the object at `path`, at `depth` under `parent`.
+  bool OpenObject(const Path& path, const Path& parent, int depth) {
+    if (!Expect(JsonType::kObject, path)) return false;
+    if (depth > max_depth_) return json_.FailWith(NestingTooDeep(parent.ToString(), max_depth_));
+    return json_.BeginObject();
+  }
+
+  bool ReadUint(const Path& path, uint64_t* out) {
+    return Expect(JsonType::kUnsigned, path) && json_.ReadUnsigned(out);
+  }
+
+  bool ReadText(const Path& path, std::string* out) {
+    std::string_view text;
+    if (!Expect(JsonType::kString, path) || !json_.ReadString(&text)) return false;
+    out->assign(text);
+    return true;
+  }
+
+  bool ReadLocation(const Path& path, Location* out) {
+    std::string_view text;
+    if (!Expect(JsonType::kString, path) || !json_.ReadString(&text)) return false;
+    // Buffers share a few locations: the last ones parsed are kept, text -> Location.
+    for (const auto& [seen_text, seen] : recent_locations_) {
+      if (!seen_text.empty() && SameText(text, seen_text)) {
+        *out = seen;
+        return true;
+      }
+    }
+    Result<Location> loc = Location::Parse(text);
+    if (!loc.ok()) return Shape(path.Error(loc.status().message()));
+    auto& [kept_text, kept] = recent_locations_[next_recent_location_++ % kRecentLocations];
+    kept_text.assign(text);
+    kept = *loc;
+    *out = *loc;
+    return true;
+  }
+
+  // The members of the object just opened at `path`: each must be one of `fields`, once, and
+  // all must be there; `read_field(index in fields, path of the member)` reads each value.
+  template <size_t N, typename ReadField>
+  bool ReadFields(const Path& path, const std::string_view (&fields)[N], ReadField read_field) {
+    static_assert(N <= 32);
+    uint32_t seen = 0;
+    size_t field = N;
+    bool more = false;
+    std::string_view key;
+    while (json_.NextMember(&more, &key) && more) {
+      // EncodeSegmentDesc writes the fields in schema order: try the one after the last first.
+      field =
+          field + 1 < N && SameText(key, fields[field + 1]) ? field + 1 : FieldIndex(fields, key);
+      if (field == N) return Shape(path.Field(key).Error("unknown field (schema v1)"));
+      if ((seen >> field & 1) != 0) return Shape(path.Field(key).Error("duplicate field"));
+      seen |= uint32_t{1} << field;
+      if (!read_field(field, path.Field(fields[field]))) return false;
+    }
+    if (json_.failed()) return false;
+    for (size_t i = 0; i < N; ++i) {
+      if ((seen >> i & 1) == 0) return Shape(path.Field(fields[i]).Error("missing"));
+    }
+    return true;
+  }
+
+  // The array at `path` (at `depth` under `parent`), at most `limit` long, each element read
+  // by `read_one(its path, the array's path, the element to fill)`. Past the limit the rest is
+  // only skipped and counted, so memory stays within the limit.
+  template <typename T, typename ReadOne>
+  bool ReadList(const Path& path, const Path& parent, int depth, size_t limit,
+                std::string_view setting, std::vector<T>* out, ReadOne read_one) {
+    if (!Expect(JsonType::kArray, path)) return false;
+    if (depth > max_depth_) return json_.FailWith(NestingTooDeep(parent.ToString(), max_depth_));
+    if (!json_.BeginArray()) return false;
+    bool more = false;
+    size_t count = 0;
+    while (json_.NextElement(&more) && more) {
+      if (count == limit) {
+        const std::string array_path = path.ToString();
+        do {
+          const std::string element = path.Index(count).ToString();
+          if (!json_.SkipValue(depth + 1, max_depth_, array_path, element, kRootName)) {
+            return false;
+          }
+          ++count;
+        } while (json_.NextElement(&more) && more);
+        if (json_.failed()) return false;
+        return Shape(CheckCount(count, limit, path, setting));
+      }
+      out->emplace_back();
+      if (!read_one(path.Index(count), path, &out->back())) return false;
+      ++count;
+    }
+    return !json_.failed();
+  }
+
+  // An object of transport name -> base64 opaque bytes at `path`, of at most
+  // limits.max_transports entries: the first one past it fails before it is stored.
+  bool ReadOpaqueMap(const Path& path, const Path& parent, int depth,
+                     std::map<std::string, std::string>* out) {
+    if (!OpenObject(path, parent, depth)) return false;
+    bool more = false;
+    std::string_view key;
+    while (json_.NextMember(&more, &key) && more) {
+      if (out->size() == limits_.max_transports) return Shape(MapTooLarge(path, limits_));
+      // Names arrive sorted from EncodeSegmentDesc, so the hint makes each insert O(1).
+      const size_t before = out->size();
+      const auto it = out->try_emplace(out->end(), std::string(key));
+      const Path entry = path.Field(it->first);
+      if (out->size() == before) return Shape(entry.Error("duplicate field"));
+      std::string_view text;
+      if (!Expect(JsonType::kString, entry) || !json_.ReadString(&text)) return false;
+      Result<std::string> bytes = Base64Decode(text);
+      if (!bytes.ok()) return Shape(entry.Error(bytes.status().message()));
+      it->second = std::move(bytes).value();
+    }
+    return !json_.failed();
+  }
+
+  bool ReadRpc(const Path& path, const Path& parent, RpcEndpoint* out) {
+    if (!OpenObject(path, parent, 2)) return false;
+    return ReadFields(path, kRpcFields, [&](size_t field, const Path& p) {
+      if (field == 0) return ReadText(p, &out->host);
+      uint64_t port = 0;
+      if (!ReadUint(p, &port)) return false;
+      if (port == 0 || port > 65535) {
+        return Shape(p.Error("must be 1..65535 (got " + std::to_string(port) + ")"));
+      }
+      out->port = static_cast<uint16_t>(port);
+      return true;
+    });
+  }
+
+  bool ReadHost(const Path& path, const Path& parent, HostIdentity* out) {
+    if (!OpenObject(path, parent, 2)) return false;
+    return ReadFields(path, kHostFields, [&](size_t field, const Path& p) {
+      if (field == 0) return ReadText(p, &out->hostname);
+      if (field == 1) return ReadText(p, &out->boot_id);
+      return ReadUint(p, &out->pid_namespace);
+    });
+  }
+
+  bool ReadDevice(const Path& path, const Path& parent, DeviceDesc* out) {
+    if (!OpenObject(path, parent, 3)) return false;
+    return ReadFields(path, kDeviceFields, [&](size_t field, const Path& p) {
+      if (field == 0) return ReadText(p, &out->name);
+      if (field == 1) return ReadText(p, &out->transport);
+      return ReadLocation(p, &out->location);
+    });
+  }
+
+  bool ReadBuffer(const Path& path, const Path& parent, BufferDesc* out) {
+    if (!OpenObject(path, parent, 3)) return false;
+    return ReadFields(path, kBufferFields, [&](size_t field, const Path& p) {
+      switch (field) {
+        case 0:
+          return ReadUint(p, &out->addr);
+        case 1:
+          return ReadUint(p, &out->length);
+        case 2:
+          return ReadLocation(p, &out->location);
+        case 3:
+          return ReadUint(p, &out->generation);
+        case 4:
+          return Expect(JsonType::kBoolean, p) && json_.ReadBool(&out->remote_accessible);
+        default:
+          return ReadOpaqueMap(p, path, 4, &out->keys);
+      }
+    });
+  }
+
+  // Run only after a shape error, over the whole text again: the error a check made before any
+  // shape check reports instead (the order DecodeSegmentDesc documents). OK when there is none.
+  Status SyntaxOrVersionError(std::string_view text) const {
+    JsonReader json(text);
+    const Path root;
+    const JsonType type = json.Peek();
+    if (type != JsonType::kObject) {
+      // The shape error ("must be an object") stands unless the text is not JSON at all.
+      if (json.SkipValue(1, max_depth_, "", "", kRootName)) json.ExpectEnd();
+      return json.failed() ? InvalidArgumentError(json.error()) : Status::Ok();
+    }
+    if (max_depth_ < 1) return InvalidArgumentError(NestingTooDeep("", max_depth_));
+    Status version = root.Field("schema_version").Error("missing");
+    bool seen_version = false;
+    bool more = false;
+    std::string_view key;
+    json.BeginObject();
+    while (json.NextMember(&more, &key) && more) {
+      if (key == "schema_version" && !seen_version) {
+        seen_version = true;
+        const JsonType got = json.Peek();
+        uint64_t value = 0;
+        if (got == JsonType::kUnsigned && json.ReadUnsigned(&value)) {
+          version = value == SegmentDesc::kSchemaVersion ? Status::Ok() : BadVersion(value);
+          continue;
+        }
+        if (got != JsonType::kError) {
+          version =
+              root.Field("schema_version")
+                  .Error("must be an unsigned integer (got " + std::string(TypeWord(got)) + ")");
+        }
+      }
+      const std::string name(key);
+      if (!json.SkipValue(2, max_depth_, "", name, kRootName)) break;
+    }
+    json.ExpectEnd();
+    return json.failed() ? InvalidArgumentError(json.error()) : version;
+  }
+
+  JsonReader json_;
+  const DecodeLimits& limits_;
+  const int max_depth_;
+  Status shape_error_;
+  static constexpr size_t kRecentLocations = 4;
+  std::pair<std::string, Location> recent_locations_[kRecentLocations];  // see ReadLocation
+  size_t next_recent_location_ = 0;
+};
 
 }  // namespace
 
@@ -605,19 +686,18 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view json, const DecodeLimits&
   }
   // Everything below builds locals; `desc` is returned only when every check passed.
   try {
-    Json doc;
-    RETURN_IF_ERROR(ParseStrict(json, limits.max_depth, &doc));
     SegmentDesc desc;
-    RETURN_IF_ERROR(ReadSegmentDesc(doc, limits, &desc));
+    DescReader reader(json, limits);
+    if (!reader.Read(&desc)) return reader.TakeError(json);
     RETURN_IF_ERROR(CheckFields(desc, limits));
-    std::stable_sort(desc.buffers.begin(), desc.buffers.end(),
-                     [](const BufferDesc& a, const BufferDesc& b) { return a.addr < b.addr; });
+    const auto by_addr = [](const BufferDesc& a, const BufferDesc& b) { return a.addr < b.addr; };
+    // Published descriptors come sorted; sorting costs (and allocates) only for others.
+    if (!std::is_sorted(desc.buffers.begin(), desc.buffers.end(), by_addr)) {
+      std::stable_sort(desc.buffers.begin(), desc.buffers.end(), by_addr);
+    }
     RETURN_IF_ERROR(CheckDisjoint(desc.buffers));
     return desc;
-  } catch (const Json::exception& e) {
-    // Not expected: every access above is type-checked first.
-    return InvalidArgumentError(std::string("segment descriptor: ") + e.what());
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // std::bad_alloc: nothing else throws here
     return InternalError(std::string("decoding segment descriptor: ") + e.what());
   }
 }

@@ -28,10 +28,17 @@ namespace ferry {
 // InvalidArgument.
 struct DecodeLimits {
   size_t max_input_bytes = 64u << 20;  // checked before parsing
-  size_t max_buffers = 1u << 20;
+  size_t max_buffers = 1u << 20;       // no more than this many are decoded
   size_t max_devices = 4096;
+  // Entries in one opaque map: the root's `transports` or one buffer's `keys`, each keyed by a
+  // transport name, so a handful in practice (a build has at most five transports). The limit
+  // keeps a small text from costing a map node (~100 bytes) per 8 bytes of input.
+  size_t max_transports = 16;
   size_t max_key_bytes = 64u << 10;  // decoded size of one opaque value (a key or a transport blob)
   int max_depth = 8;                 // JSON nesting (the root object is depth 1; v1 needs 4)
+  // Where max_buffers comes from, named in its error when set ("... over the limit of 100
+  // (EngineOptions::max_segment_buffers)"). Must outlive the limits (a literal).
+  std::string_view max_buffers_setting;
 };
 
 // Compact JSON with the fields in the fixed order shown above, so equal descs give identical
@@ -47,6 +54,14 @@ std::string EncodeSegmentDesc(const SegmentDesc& desc);
 // unknown or wrongly typed field, schema_version other than SegmentDesc::kSchemaVersion, and
 // every rule ValidateSegmentDesc checks; Internal if memory runs out. No exception escapes and
 // there is no partial result.
+// When a text breaks several rules, the one reported is, in this order: the input size; invalid
+// JSON or nesting anywhere; the root's schema_version (so a newer document reads as an
+// unsupported version, whatever else it holds); the first type or shape error in document
+// order; then the value rules in ValidateSegmentDesc's order.
+// The text is read once, straight into the result (json_reader.h; no document is built):
+// time and memory grow with the result (about 1 us and 440 bytes per buffer with two keys, up
+// to ~10 us and ~2.1 KiB with 16), an array over its limit is counted, never stored, and an
+// opaque map stops at its first entry past max_transports.
 Result<SegmentDesc> DecodeSegmentDesc(std::string_view json, const DecodeLimits& limits = {});
 
 // The semantic checks DecodeSegmentDesc applies, on a struct (e.g. before publishing):
@@ -54,7 +69,8 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view json, const DecodeLimits&
 //  - name and rpc.host 1..255 bytes, host.hostname and host.boot_id 0..255 bytes, device names
 //    1..255 bytes; all of them UTF-8 without control characters (< 0x20, 0x7f);
 //  - transport names (device transports, transports and keys entries) 1..32 chars of
-//    [a-z0-9_-]; every opaque value at most limits.max_key_bytes;
+//    [a-z0-9_-]; at most limits.max_transports entries in `transports` and in each buffer's
+//    `keys`; every opaque value at most limits.max_key_bytes;
 //  - locations well-formed and never Kind::kDetect;
 //  - at most limits.max_devices devices and limits.max_buffers buffers; each buffer has
 //    length > 0, addr + length within uint64, generation > 0;

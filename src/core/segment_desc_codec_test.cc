@@ -437,6 +437,26 @@ TEST(SegmentDescCodecTest, RejectsInputOverTheLimits) {
   ExpectRejected(text, "buffers[0].keys.tcp: opaque value is 7 bytes, over the limit of 6", limits);
   limits.max_key_bytes = 3;  // the transports blob is 4 bytes
   ExpectRejected(text, "transports.rdma: opaque value is 4 bytes", limits);
+
+  // Opaque maps: at most max_transports entries each, refused at the first one past it.
+  limits = {};
+  limits.max_transports = 2;
+  EXPECT_TRUE(DecodeSegmentDesc(text, limits).ok());
+  limits.max_transports = 1;  // buffers[0].keys has two
+  ExpectRejected(text, "buffers[0].keys: more than 1 entries, over the limit of 1", limits);
+  limits.max_transports = 0;  // in kValidJson the transports object comes first
+  ExpectRejected(kValidJson, "transports: more than 0 entries, over the limit of 0", limits);
+  // The default: a buffer's keys object of 100000 entries is refused at the 17th.
+  std::string keys_heavy = R"({"schema_version":1,"name":"n","incarnation":1,)"
+                           R"("rpc":{"host":"h","port":1},)"
+                           R"("host":{"hostname":"","boot_id":"","pid_namespace":0},)"
+                           R"("devices":[],"transports":{},"buffers":[{"addr":4096,"length":1,)"
+                           R"("location":"cpu:0","generation":1,"remote_accessible":true,"keys":{)";
+  for (int i = 0; i < 100000; ++i) keys_heavy += "\"k" + std::to_string(i) + "\":\"\",";
+  keys_heavy += R"("k":""}}]})";
+  Result<SegmentDesc> one_buffer = DecodeSegmentDesc(keys_heavy, {.max_transports = 200000});
+  EXPECT_EQ(one_buffer.ok() ? one_buffer->buffers.at(0).keys.size() : 0u, 100001u);
+  ExpectRejected(keys_heavy, "buffers[0].keys: more than 16 entries, over the limit of 16");
 }
 
 TEST(SegmentDescCodecTest, RejectsDeepNestingWithoutRecursing) {
@@ -465,6 +485,7 @@ TEST(SegmentDescCodecTest, RejectsDeepNestingWithoutRecursing) {
 
 TEST(SegmentDescCodecTest, RejectsInvalidJsonWithThePosition) {
   ExpectRejected("", "invalid JSON: parse error at line 1, column 1");
+  ExpectRejected(std::string_view(), "invalid JSON: parse error at line 1, column 1");  // no data
   ExpectRejected("{", "invalid JSON: parse error at line 1, column 2");
   ExpectRejected(std::string(kValidJson) + " x", "invalid JSON: parse error at line 14, column 3");
   ExpectRejected(std::string(kValidJson) + "{}", "expected end of input");
@@ -501,6 +522,14 @@ TEST(SegmentDescCodecTest, ValidateAgreesWithDecodeOnEveryRule) {
       {"devices[0].location: '*'",
        [](SegmentDesc* d) { d->devices[0].location = Location::Detect(); }},
       {"transports.TCP: transport name", [](SegmentDesc* d) { d->transports["TCP"] = ""; }},
+      {"transports: more than 16 entries, over the limit of 16",
+       [](SegmentDesc* d) {
+         for (int i = 0; i < 17; ++i) d->transports["t" + std::to_string(i)] = "";
+       }},
+      {"buffers[2].keys: more than 16 entries, over the limit of 16",
+       [](SegmentDesc* d) {
+         for (int i = 0; i < 15; ++i) d->buffers[2].keys["t" + std::to_string(i)] = "";
+       }},
       {"buffers[1].length: must be > 0", [](SegmentDesc* d) { d->buffers[1].length = 0; }},
       {"buffers[2].length: addr+length overflows",
        [](SegmentDesc* d) { d->buffers[2].length = kMax64; }},
