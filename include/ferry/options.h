@@ -80,8 +80,14 @@ struct EngineOptions {
   // (or FAILED) has nothing more land afterwards (see transfer_engine.h for what each
   // transport can promise).
   std::chrono::milliseconds task_timeout{30000};
-  // Requests are cut into slices of at most this many bytes, spread over connections.
-  uint64_t slice_size = 256 << 10;
+  // Requests are cut into slices of at most this many bytes, spread over connections (and
+  // NICs). 0: the size the carrying transport prefers (tcp, shm, cxl: 256 KiB; rdma: 256 KiB on
+  // a NIC provider, so that a block stripes over several NICs, 4 MiB on a software provider
+  // such as "tcp;ofi_rxm", which pays per operation). An explicit value is used for every
+  // transport. Either is clamped to the smallest maximum of the installed transports (tcp: 1
+  // GiB, one frame), so that a task keeps the size of its first plan when a retry takes another
+  // transport. TransferStatus::slice_size reports each task's.
+  uint64_t slice_size = 0;
   // tcp: every payload carries a CRC32C checked as it lands, so bytes corrupted in transit fail
   // their task instead of being written or reported as read (headers are always checksummed).
   // Off saves the checksum's CPU time at the price of that detection (README, tcp numbers).
@@ -100,6 +106,17 @@ struct EngineOptions {
   bool take_over_name = false;
   // Remote descriptor cache lifetime when the store cannot watch.
   std::chrono::milliseconds segment_cache_ttl{5000};
+  // The most buffers (registered regions) one segment descriptor may hold. A peer's descriptor
+  // holding more is refused when fetched (InvalidArgument: "buffers: N entries, over the limit
+  // of M (EngineOptions::max_segment_buffers)"), before more than this many are decoded; a
+  // registration that would take this engine's own descriptor past it is refused whole
+  // (InvalidArgument naming this option; enforced under the registry's lock, so concurrent
+  // registrations cannot pass it together), since peers with the same bound could not open it.
+  // A decoded buffer costs about 440 bytes and 1 us with the usual two keys, and at most about
+  // 2.1 KiB and 10 us (16 keys, the most a buffer may hold: one per transport; README, "Cost at
+  // scale"), so this bounds what one peer's descriptor can cost: ~135 MiB at the default, ~30
+  // MiB for a usual one. Must be > 0.
+  size_t max_segment_buffers = 65536;
   // Bound on waiting for in-flight accesses when unregistering memory.
   std::chrono::milliseconds unregister_drain_timeout{5000};
   // Bound on each metadata / RPC round trip, and on every transport's wait for a peer that

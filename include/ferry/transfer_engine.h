@@ -69,7 +69,7 @@ std::string_view TransferStateName(TransferState state);
 
 struct TransferStatus {
   TransferState state = TransferState::kWaiting;
-  // Bytes of the request's range confirmed moved: the slices (EngineOptions::slice_size) a
+  // Bytes of the request's range confirmed moved: the slices (of slice_size bytes) a
   // transport reported complete, each counted once however many attempts carried it. COMPLETED:
   // the length. FAILED / TIMEOUT / CANCELED: a write may have written part of its range (the
   // slices that went through before others were refused or lost), and this counts the confirmed
@@ -87,6 +87,10 @@ struct TransferStatus {
   std::chrono::steady_clock::time_point started_at{};
   std::chrono::steady_clock::time_point ended_at{};  // it ended (epoch while open)
   uint32_t retries = 0;  // attempts after the first (reconnect or another transport)
+  // The size the request was cut into slices of (EngineOptions::slice_size, or the preferred
+  // size of the transport its first attempt took), kept by every retry; 0 before it went to a
+  // transport, and for requests that never do (own segment, zero length).
+  uint64_t slice_size = 0;
   bool done() const { return state != TransferState::kWaiting && state != TransferState::kPending; }
 };
 

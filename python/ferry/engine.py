@@ -70,7 +70,8 @@ class BatchStatus:
 @dataclasses.dataclass(frozen=True)
 class TaskStatus:
     """One task's state and figures. Times are seconds on time.monotonic()'s clock (None: not
-    yet); ``retries`` counts attempts after the first (a reconnect or another transport)."""
+    yet); ``retries`` counts attempts after the first (a reconnect or another transport);
+    ``slice_size`` is the size the request was cut into (0: it went to no transport)."""
 
     state: str
     transferred_bytes: int
@@ -80,6 +81,7 @@ class TaskStatus:
     started_at: float
     ended_at: float
     retries: int
+    slice_size: int = 0
 
     @property
     def done(self):
@@ -104,7 +106,8 @@ class TaskStatus:
     @classmethod
     def _of(cls, d):
         return cls(d["state"], d["transferred_bytes"], _error(d["error"]), d["transport"],
-                   d["submitted_at"], d["started_at"], d["ended_at"], d["retries"])
+                   d["submitted_at"], d["started_at"], d["ended_at"], d["retries"],
+                   d["slice_size"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,6 +126,8 @@ EngineOptions OptionsFromDict(const py::dict& d) {
         o.auth_secret = value.cast<std::string>();
       } else if (key == "worker_threads") {
         o.worker_threads = value.cast<size_t>();
+      } else if (key == "max_segment_buffers") {
+        o.max_segment_buffers = value.cast<size_t>();
       } else {
         Check(InvalidArgumentError("unknown engine option '" + key + "'"));
       }
@@ -169,6 +171,7 @@ py::dict TaskDict(const TransferStatus& t) {
   d["started_at"] = Seconds(t.started_at);
   d["ended_at"] = Seconds(t.ended_at);
   d["retries"] = t.retries;
+  d["slice_size"] = t.slice_size;
   return d;
 }
 

@@ -58,6 +58,7 @@ def test_kv_handoff_tensors_and_buffers(eng, peer):
     assert [t.transferred_bytes for t in tasks] == [1000, 100]
     for t in tasks:
         assert t.transport == "tcp" and t.error is None and t.retries == 0
+        assert t.slice_size == 256 << 10  # tcp's preferred size (slice_size 0)
         assert t.submitted_at <= t.ended_at and t.duration >= 0
 
     # segment buffers and probe
@@ -130,6 +131,11 @@ def test_errors_carry_codes(eng, peer):
         eng.register(np.zeros((8, 8))[:, ::2])
     with pytest.raises(ferry.InvalidArgumentError, match="unknown engine option"):
         ferry.Engine(transports=["tcp"], no_such_option=1)
+    with ferry.Engine(transports=["tcp"], max_segment_buffers=1) as small:
+        with small.register(np.zeros(64, dtype=np.uint8)):
+            with pytest.raises(ferry.InvalidArgumentError,
+                               match=r"EngineOptions::max_segment_buffers"):
+                small.register(np.zeros(64, dtype=np.uint8))
     with pytest.raises(ferry.FerryError) as err:
         eng.open("127.0.0.1:1")  # nobody there
     assert err.value.code in ("Unavailable", "NotFound", "Timeout")

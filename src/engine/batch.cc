@@ -48,6 +48,7 @@ TransferStatus Task::Snapshot() {
   out.started_at = at(started_at.load(std::memory_order_relaxed));
   if (out.done()) out.ended_at = at(ended_at.load());
   out.retries = retries.load(std::memory_order_relaxed);
+  out.slice_size = slice_size.load(std::memory_order_relaxed);
   if (out.state != TransferState::kCompleted) {
     MutexLock lock(mu);
     out.reason = first_error;

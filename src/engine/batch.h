@@ -43,6 +43,10 @@ struct Task {
   // counted once however many attempts carried it (TransferStatus::transferred_bytes).
   std::atomic<uint64_t> transferred{0};
   std::atomic<size_t> slices_left{0};  // slices submitted and not yet completed
+  // The size the request is cut into (TransferStatus::slice_size): set by the first plan that
+  // builds slices (Impl::SliceSizeFor its transport) and kept by every retry, whatever transport
+  // it takes, so that a slice position means the same range on every attempt. 0: not yet.
+  std::atomic<uint64_t> slice_size{0};
   // One flag per slice position (slice i covers [i * slice_size, ...) of the request), set by
   // the completion that confirmed it; made by the first plan that builds more than one slice
   // (a single slice's confirmation is `transferred` itself).

@@ -347,16 +347,23 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     task->planned_incarnation = desc.incarnation;
     task->planned_generation = buffer->generation;
     const std::string_view key = buffer->keys.at(name);
-    const uint64_t slice_count = (r.length + options_.slice_size - 1) / options_.slice_size;
+    // The first plan's size stays for every retry (Task::slice_size): it is valid for every
+    // installed transport (slice_sizes_), so a fallback needs no other.
+    uint64_t slice_size = task->slice_size.load(std::memory_order_relaxed);
+    if (slice_size == 0) {
+      slice_size = SliceSizeFor(transport);
+      task->slice_size.store(slice_size, std::memory_order_relaxed);
+    }
+    const uint64_t slice_count = (r.length + slice_size - 1) / slice_size;
     if (task->confirmed == nullptr && slice_count > 1) {  // one slice: `transferred` says it
       task->confirmed = std::make_unique<std::atomic<bool>[]>(slice_count);
     }
-    for (uint64_t done = 0; done < r.length; done += options_.slice_size) {
+    for (uint64_t done = 0; done < r.length; done += slice_size) {
       Slice slice;
       slice.op = r.opcode;
       slice.local_addr = local + done;
       slice.remote_addr = r.target_offset + done;
-      slice.length = std::min<uint64_t>(options_.slice_size, r.length - done);
+      slice.length = std::min<uint64_t>(slice_size, r.length - done);
       slice.remote_generation = buffer->generation;
       slice.peer_incarnation = desc.incarnation;
       slice.remote_key = key;
@@ -533,8 +540,8 @@ void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
       uint64_t none = 0;
       task->transferred.compare_exchange_strong(none, slice->length);
     } else {
-      const uint64_t position =
-          (slice->remote_addr - task->request.target_offset) / options_.slice_size;
+      const uint64_t position = (slice->remote_addr - task->request.target_offset) /
+                                task->slice_size.load(std::memory_order_relaxed);
       if (!task->confirmed[position].exchange(true)) task->transferred.fetch_add(slice->length);
     }
   } else {

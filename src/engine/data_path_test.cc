@@ -1,12 +1,15 @@
-// The data path's checks and counts with two engines in this process over tcp: a zero-length
-// request is checked like any other before it completes, and a task that ends FAILED reports in
-// transferred_bytes exactly the bytes of the slices the target confirmed.
+// The data path's checks and counts with two engines in this process over tcp (and rdma where
+// libfabric's tcp provider is there): a zero-length request is checked like any other before it
+// completes, a task that ends FAILED reports in transferred_bytes exactly the bytes of the
+// slices the target confirmed, and requests are cut into slices of the size the transport
+// prefers or the options say.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/wait_for.h"
@@ -219,6 +222,68 @@ TEST(DataPathPartialTest, RetriesKeepCountingWhatWasConfirmedBefore) {
   EXPECT_LE(task->submitted_at, task->started_at);
   EXPECT_LE(task->started_at, task->ended_at);
   EXPECT_TRUE(initiator.freeBatchID(*batch).ok());
+}
+
+// The size a request is cut into: the carrying transport's preference when slice_size is 0
+// (tcp 256 KiB; rdma over the software "tcp;ofi_rxm" provider 4 MiB), an explicit value as
+// given, and either clamped to the smallest maximum of the installed transports (tcp's 1 GiB,
+// even for a task rdma carries), so that a retry on any of them keeps the task's slices.
+// transferred_bytes counts confirmed slice positions of that size: a cut of another size would
+// not add up to the length.
+TEST(SliceSizeTest, FollowsTheTransportUnlessSetAndFitsEveryInstalledOne) {
+  constexpr uint64_t kKiB = 1024, kMiB = kKiB << 10, kGiB = kMiB << 10;
+  constexpr uint64_t kBytes = 4 * kMiB + 4097;  // not a multiple of any slice size below
+  struct Case {
+    std::vector<std::string> transports;
+    uint64_t option;  // EngineOptions::slice_size
+    const char* via;  // TransferRequest::transport
+    uint64_t expected;
+  };
+  const Case cases[] = {
+      {{"tcp"}, 0, "tcp", 256 * kKiB},
+      {{"tcp"}, 64 * kKiB, "tcp", 64 * kKiB},
+      {{"tcp"}, 2 * kGiB, "tcp", kGiB},
+      {{"rdma"}, 0, "rdma", 4 * kMiB},
+      {{"rdma", "tcp"}, 64 * kKiB, "rdma", 64 * kKiB},
+      {{"rdma", "tcp"}, 2 * kGiB, "rdma", kGiB},
+  };
+  std::vector<unsigned char> local(kBytes), remote(kBytes);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.via) + " of " + std::to_string(c.transports.size()) +
+                 " transport(s), slice_size " + std::to_string(c.option));
+    EngineOptions options = TcpOptions();
+    options.transports = c.transports;
+    options.rdma_provider = "tcp;ofi_rxm";
+    options.slice_size = c.option;
+    TransferEngine target, initiator;
+    const Status init = target.init(options);
+    if (c.via == std::string("rdma") && !init.ok()) {
+      GTEST_SKIP() << "no rdma here: " << init;
+    }
+    ASSERT_TRUE(init.ok()) << init;
+    ASSERT_TRUE(initiator.init(options).ok());
+    ASSERT_TRUE(target.registerLocalMemory(remote.data(), remote.size(), "cpu").ok());
+    ASSERT_TRUE(initiator.registerLocalMemory(local.data(), local.size(), "cpu").ok());
+    Result<SegmentId> seg = initiator.openSegment(target.localSegmentName());
+    ASSERT_TRUE(seg.ok()) << seg.status();
+    for (const OpCode op : {OpCode::kWrite, OpCode::kRead}) {
+      const unsigned char pattern = op == OpCode::kWrite ? 0x3C : 0xC3;
+      std::fill(local.begin(), local.end(), op == OpCode::kWrite ? pattern : 0);
+      std::fill(remote.begin(), remote.end(), op == OpCode::kWrite ? 0 : pattern);
+      TransferStatus task =
+          RunOne(initiator, {op, local.data(), *seg, Addr(remote.data()), kBytes, c.via});
+      EXPECT_EQ(task.state, TransferState::kCompleted) << task.reason;
+      EXPECT_EQ(task.transport, c.via);
+      EXPECT_EQ(task.slice_size, c.expected);
+      EXPECT_EQ(task.transferred_bytes, kBytes);
+      EXPECT_EQ(local, remote);
+    }
+    // A request that moves nothing through a transport reports no slice size.
+    TransferStatus empty =
+        RunOne(initiator, {OpCode::kWrite, local.data(), *seg, Addr(remote.data()), 0, c.via});
+    EXPECT_EQ(empty.state, TransferState::kCompleted) << empty.reason;
+    EXPECT_EQ(empty.slice_size, 0u);
+  }
 }
 
 }  // namespace

@@ -94,6 +94,9 @@ class TransferEngine::Impl final : public TransportContext {
   // TransportContext.
   Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
                                     uint64_t generation, std::string_view transport) override;
+  Result<RegionLease> LeaseRemoteRegion(uint64_t addr, uint64_t length, uint64_t incarnation,
+                                        uint64_t generation, std::string_view transport,
+                                        std::function<void()> on_revoke) override;
   void CompleteSlice(Slice* slice, const Status& status) override;
   Result<std::string> Exchange(const SegmentDesc& peer, std::string_view transport,
                                std::string_view payload,
@@ -118,6 +121,8 @@ class TransferEngine::Impl final : public TransportContext {
   // replace whatever entries are there (a dead holder's, or, told to, a live one's).
   Status ClaimName();
   Transport* FindTransport(std::string_view name) const;
+  // The size a task whose first attempt takes `transport` is cut into (slice_sizes_).
+  uint64_t SliceSizeFor(const Transport* transport) const;
   bool SameHost(const SegmentDesc& peer) const;
 
   // Data path (data_path.cc).
@@ -189,6 +194,10 @@ class TransferEngine::Impl final : public TransportContext {
   std::vector<std::unique_ptr<Transport>> transports_;
   engine::LinkCache links_{Clock::Real()};     // after transports_: its links go first
   std::vector<engine::Candidate> candidates_;  // transports_ as the selection policy sees them
+  // Per transports_ entry, fixed after Init: EngineOptions::slice_size, or (0) the transport's
+  // preferred_slice_size, clamped to the smallest max_slice_size of transports_, so that any
+  // installed transport can carry a task's slices when a retry falls back to it.
+  std::vector<uint64_t> slice_sizes_;
   std::unique_ptr<RpcServer> rpc_server_;      // destroyed first of the services
 };
 

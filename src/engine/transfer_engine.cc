@@ -142,7 +142,6 @@ TransferEngine::Impl::~Impl() {
 Status TransferEngine::Impl::Init(const EngineOptions& options) {
   if (registry_ != nullptr) return BusyError("init() was already called");
   options_ = options;
-  if (options_.slice_size == 0) return InvalidArgumentError("slice_size must be > 0");
   if (options_.task_timeout.count() <= 0) return InvalidArgumentError("task_timeout must be > 0");
   if (options_.request_timeout.count() <= 0) {
     return InvalidArgumentError("request_timeout must be > 0");
@@ -154,6 +153,9 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
     }
   }
   RETURN_IF_ERROR(auth::ValidateSecret(options_.auth_secret));
+  if (options_.max_segment_buffers == 0) {
+    return InvalidArgumentError("max_segment_buffers must be > 0");
+  }
   completion_fd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!completion_fd_.valid()) {
     return InternalError(std::string("creating the completion eventfd: ") + std::strerror(errno));
@@ -165,7 +167,9 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
       engine::PeerWorkersOptions{.max_threads = options_.worker_threads});
   incarnation_ = NewIncarnation();
   registry_ = std::make_unique<LocalRegistry>(
-      RegistryOptions{.drain_timeout = options_.unregister_drain_timeout});
+      RegistryOptions{.drain_timeout = options_.unregister_drain_timeout,
+                      .max_regions = options_.max_segment_buffers,
+                      .max_regions_setting = "EngineOptions::max_segment_buffers"});
   policy_ = std::make_unique<engine::SelectionPolicy>(Clock::Real());
 
   RETURN_IF_ERROR(ResolveAddresses());
@@ -198,6 +202,8 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   DirectoryOptions directory{.prefix = options_.metadata_prefix,
                              .cache_ttl = options_.segment_cache_ttl,
                              .fetch_timeout = options_.request_timeout * 2};
+  directory.limits.max_buffers = options_.max_segment_buffers;
+  directory.limits.max_buffers_setting = "EngineOptions::max_segment_buffers";
   // A peer that restarted under its name: the links made for its old incarnation go.
   directory.on_restarted = [this](std::string_view peer, uint64_t, uint64_t now) {
     links_.DropOtherIncarnations(peer, now);
@@ -294,6 +300,15 @@ Status TransferEngine::Impl::StartTransports() {
     candidates_.push_back({std::string(t->name()), !t->capabilities().reaches_other_hosts});
     transports_.push_back(std::move(t));
   }
+  uint64_t smallest_max = UINT64_MAX;
+  for (const auto& t : transports_) {
+    smallest_max = std::min(smallest_max, std::max<uint64_t>(t->capabilities().max_slice_size, 1));
+  }
+  for (const auto& t : transports_) {
+    const uint64_t wanted =
+        options_.slice_size != 0 ? options_.slice_size : t->capabilities().preferred_slice_size;
+    slice_sizes_.push_back(std::clamp<uint64_t>(wanted, 1, smallest_max));
+  }
   return Status::Ok();
 }
 
@@ -302,6 +317,13 @@ Transport* TransferEngine::Impl::FindTransport(std::string_view name) const {
     if (t->name() == name) return t.get();
   }
   return nullptr;
+}
+
+uint64_t TransferEngine::Impl::SliceSizeFor(const Transport* transport) const {
+  for (size_t i = 0; i < transports_.size(); ++i) {
+    if (transports_[i].get() == transport) return slice_sizes_[i];
+  }
+  return uint64_t{256} << 10;  // unreachable: tasks only take installed transports
 }
 
 bool TransferEngine::Impl::SameHost(const SegmentDesc& peer) const {
@@ -328,6 +350,17 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
                                             const std::string& location, bool remote_accessible,
                                             bool publish) {
   ASSIGN_OR_RETURN(Location requested, Location::Parse(location));
+  // Peers with the same bound would refuse the descriptor this makes. Checked here before any
+  // transport registers, to refuse early; the registry enforces it exactly (under its lock, so
+  // two registrations racing past this check cannot together pass it).
+  if (const size_t held = registry_->size(); buffers.size() > options_.max_segment_buffers ||
+                                             held > options_.max_segment_buffers - buffers.size()) {
+    return InvalidArgumentError(
+        "registering " + std::to_string(buffers.size()) + " more regions would make segment '" +
+        name_ + "' hold " + std::to_string(held + buffers.size()) + " buffers, over the limit of " +
+        std::to_string(options_.max_segment_buffers) +
+        " (EngineOptions::max_segment_buffers) that peers decode");
+  }
   std::vector<RegionSpec> specs;
   // Transport registrations made so far, undone if anything fails.
   std::vector<std::pair<Transport*, BufferEntry>> made;
@@ -538,18 +571,43 @@ Result<std::string> TransferEngine::Impl::Exchange(const SegmentDesc& peer,
                            timeout);
 }
 
+namespace {
+
+// A remote access (a pin or a lease) must have been planned against this incarnation of
+// engine `name` (`current`): Stale naming both otherwise.
+Status CheckRemoteIncarnation(uint64_t incarnation, uint64_t current, const std::string& name) {
+  if (incarnation == current) return Status::Ok();
+  return StaleError("access planned against incarnation " + std::to_string(incarnation) + " of '" +
+                    name + "', which is now " + std::to_string(current));
+}
+
+// What the registry checks of a remote access planned against `generation` for `transport`.
+PinCheck RemotePinCheck(uint64_t generation, std::string_view transport) {
+  return {.generation = generation, .transport = transport, .require_remote_accessible = true};
+}
+
+}  // namespace
+
 Result<AccessPin> TransferEngine::Impl::PinRemoteAccess(uint64_t addr, uint64_t length,
                                                         uint64_t incarnation, uint64_t generation,
                                                         std::string_view transport) {
-  if (incarnation != incarnation_) {
-    return StaleError("access planned against incarnation " + std::to_string(incarnation) +
-                      " of '" + name_ + "', which is now " + std::to_string(incarnation_));
-  }
-  ASSIGN_OR_RETURN(PinGuard pin, registry_->Pin(addr, length,
-                                                {.generation = generation,
-                                                 .transport = transport,
-                                                 .require_remote_accessible = true}));
+  RETURN_IF_ERROR(CheckRemoteIncarnation(incarnation, incarnation_, name_));
+  ASSIGN_OR_RETURN(PinGuard pin,
+                   registry_->Pin(addr, length, RemotePinCheck(generation, transport)));
   return AccessPin(&LocalRegistry::ReleaseDetachedPin, registry_.get(), pin.Detach());
+}
+
+Result<RegionLease> TransferEngine::Impl::LeaseRemoteRegion(uint64_t addr, uint64_t length,
+                                                            uint64_t incarnation,
+                                                            uint64_t generation,
+                                                            std::string_view transport,
+                                                            std::function<void()> on_revoke) {
+  RETURN_IF_ERROR(CheckRemoteIncarnation(incarnation, incarnation_, name_));
+  ASSIGN_OR_RETURN(LocalRegistry::RevocablePin pin,
+                   registry_->PinRevocable(addr, length, RemotePinCheck(generation, transport),
+                                           std::move(on_revoke)));
+  return RegionLease{AccessPin(&LocalRegistry::ReleaseRevocablePin, registry_.get(), pin.token),
+                     pin.region_addr, pin.region_length};
 }
 
 // ---- the facade ----------------------------------------------------------------------------

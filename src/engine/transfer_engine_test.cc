@@ -150,6 +150,47 @@ TEST(TransferEngineTest, RegistrationRulesAndOverlapCheck) {
   EXPECT_EQ(engine.unregisterLocalMemory(buf.data()).code(), StatusCode::kNotFound);
 }
 
+// EngineOptions::max_segment_buffers bounds a descriptor on both sides: registrations that
+// would pass it are refused whole, and a peer's descriptor over it is refused when opened.
+TEST(TransferEngineTest, MaxSegmentBuffersBoundsRegistrationAndPeerDescriptors) {
+  EngineOptions options;
+  options.transports = {"tcp"};
+  options.max_segment_buffers = 0;
+  TransferEngine zero;
+  EXPECT_EQ(zero.init(options).code(), StatusCode::kInvalidArgument);
+
+  options.max_segment_buffers = 4;
+  TransferEngine big;
+  ASSERT_TRUE(big.init(options).ok());
+  std::vector<char> buf(1 << 16);
+  std::vector<BufferEntry> five;
+  for (size_t i = 0; i < 5; ++i) five.push_back({buf.data() + i * 4096, 1024});
+  Status s = big.registerLocalMemoryBatch(five);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("over the limit of 4 (EngineOptions::max_segment_buffers)"),
+            std::string::npos)
+      << s;
+  EXPECT_TRUE(big.checkOverlap(buf.data(), buf.size()).ok());  // nothing of the batch stayed
+  five.pop_back();
+  ASSERT_TRUE(big.registerLocalMemoryBatch(five).ok());
+  EXPECT_EQ(big.registerLocalMemory(buf.data() + 8 * 4096, 1024).code(),
+            StatusCode::kInvalidArgument);
+
+  options.max_segment_buffers = 3;
+  TransferEngine small;
+  ASSERT_TRUE(small.init(options).ok());
+  Result<SegmentId> opened = small.openSegment(big.localSegmentName());
+  ASSERT_FALSE(opened.ok());
+  EXPECT_NE(opened.status().message().find(
+                "buffers: 4 entries, over the limit of 3 (EngineOptions::max_segment_buffers)"),
+            std::string::npos)
+      << opened.status();
+  options.max_segment_buffers = 4;
+  TransferEngine fits;
+  ASSERT_TRUE(fits.init(options).ok());
+  EXPECT_TRUE(fits.openSegment(big.localSegmentName()).ok());
+}
+
 TEST(TransferEngineTest, OwnSegmentIsACheckedMemcpy) {
   TransferEngine engine;
   ASSERT_TRUE(engine.init("P2PHANDSHAKE", "", "127.0.0.1", 0).ok());

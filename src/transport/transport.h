@@ -22,12 +22,14 @@
 //      an access whose deadline has passed. What a transport cannot promise (a one-sided RMA
 //      already on the wire) its header says.
 //   5. On the target, every remote access is checked with ctx->PinRemoteAccess before a byte
-//      moves, and the pin is held while bytes move.
+//      moves, and the pin is held while bytes move (or the access is made under a RegionLease
+//      from ctx->LeaseRemoteRegion, which the transport gives up when it is revoked).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -50,6 +52,12 @@ struct TransportCapabilities {
   bool reaches_other_hosts = true;  // false: same-host only (shm, cxl, cuda-ipc)
   bool reaches_device_memory = false;
   bool allocates_shared_memory = false;  // AllocateShared/FreeShared work (shm)
+  // Slice sizes (Slice::length). The engine cuts requests into slices of preferred_slice_size
+  // when EngineOptions::slice_size is 0, and never hands over a slice longer than
+  // max_slice_size (an explicit slice_size is clamped to it). Both are > 0, preferred <= max,
+  // and fixed once Start returned (a transport may decide them at Start, e.g. by provider).
+  uint64_t preferred_slice_size = uint64_t{256} << 10;
+  uint64_t max_slice_size = UINT64_MAX;
 };
 
 // A target-side access, pinned until released: the region cannot be unregistered meanwhile.
@@ -83,6 +91,15 @@ class AccessPin {
   ReleaseFn release_ = nullptr;
   void* owner_ = nullptr;
   void* token_ = nullptr;
+};
+
+// A target-side lease on a whole registered region (TransportContext::LeaseRemoteRegion): held,
+// it keeps the region from being unregistered, like an AccessPin, until its holder releases it
+// after being told (on_revoke) that the region is closing.
+struct RegionLease {
+  AccessPin pin;
+  uint64_t region_addr = 0;  // the leased region: [region_addr, region_addr + region_length)
+  uint64_t region_length = 0;
 };
 
 // One contiguous piece of a task, planned against a descriptor snapshot that outlives it.
@@ -131,6 +148,24 @@ class TransportContext {
   // remote-accessible, or not registered for `transport`.
   virtual Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
                                             uint64_t generation, std::string_view transport) = 0;
+
+  // Target side, optional: for a transport that checks accesses without a call per access
+  // (samehost's shared pin table). Checks [addr, addr + length) exactly as PinRemoteAccess
+  // does (same errors) and then leases the whole region that contains it. The registry's
+  // unregister calls `on_revoke` once, as soon as it marks the region closing (step 1), before
+  // it waits for pins to drain (step 2): the holder then starts no new access through the lease,
+  // lets the ones in flight end, and releases the lease, which the drain waits for like any pin
+  // (bounded by the same drain timeout). `on_revoke` runs on the unregistering thread (or
+  // inside this call, when the region started closing meanwhile) with a registry lock held: it
+  // must be quick and must not call this context or release a pin; it
+  // never runs after the lease was released. Unavailable when the context does not lease (the
+  // transport pins each access with PinRemoteAccess then).
+  virtual Result<RegionLease> LeaseRemoteRegion(uint64_t /*addr*/, uint64_t /*length*/,
+                                                uint64_t /*incarnation*/, uint64_t /*generation*/,
+                                                std::string_view /*transport*/,
+                                                std::function<void()> /*on_revoke*/) {
+    return UnavailableError("this engine does not lease regions");
+  }
 
   // Initiator side: reports the end of a slice submitted to this transport. Exactly once per
   // slice; `status` carries the reason of a failure (the target's rejection, a dead peer...).

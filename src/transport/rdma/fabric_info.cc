@@ -110,6 +110,15 @@ bool UsesSocketAddresses(std::string_view provider) {
   return core == "tcp" || core == "sockets" || core == "udp" || core == "net";
 }
 
+bool IsSoftwareProvider(std::string_view provider) {
+  const std::string_view core = provider.substr(0, provider.find(';'));
+  return UsesSocketAddresses(provider) || core == "shm" || core == "sm2";
+}
+
+uint64_t PreferredSliceSize(std::string_view provider) {
+  return IsSoftwareProvider(provider) ? kSoftwareSliceSize : kNicSliceSize;
+}
+
 Result<DomainChoice> ChooseDomains(const RdmaTransportOptions& options,
                                    const std::string& bind_host) {
   std::vector<std::string> candidates;

@@ -6,6 +6,7 @@
 
 #include <rdma/fabric.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,6 +40,19 @@ Result<DomainChoice> ChooseDomains(const RdmaTransportOptions& options,
 
 // True for providers whose endpoints are IP sockets ("tcp;ofi_rxm", "sockets", "udp;ofi_rxd").
 bool UsesSocketAddresses(std::string_view provider);
+
+// True for providers that move bytes with the host's CPU rather than a NIC: the core provider
+// (the name's first part) is tcp, sockets, udp, net, shm or sm2.
+bool IsSoftwareProvider(std::string_view provider);
+
+// The slice size the rdma transport prefers (TransportCapabilities::preferred_slice_size). A
+// software provider pays CPU time per operation (a message, a completion, progress on both
+// sides) and has no NICs to stripe over: kSoftwareSliceSize. Any other provider (a NIC:
+// verbs, efa, ...) keeps kNicSliceSize, so that a block is cut into slices that spread over the
+// domains (NICs) in use.
+inline constexpr uint64_t kSoftwareSliceSize = uint64_t{4} << 20;
+inline constexpr uint64_t kNicSliceSize = uint64_t{256} << 10;
+uint64_t PreferredSliceSize(std::string_view provider);
 
 // For an IP-addressed provider: whether any TCP connection to `address` (fi_getname bytes of a
 // listening endpoint, a sockaddr) may exist, judged from the kernel's socket tables of this

@@ -82,6 +82,7 @@ TransportCapabilities RdmaTransport::capabilities() const {
   TransportCapabilities caps;
   caps.reaches_other_hosts = true;
   caps.reaches_device_memory = false;
+  caps.preferred_slice_size = rdma::PreferredSliceSize(provider());  // by provider, from Start
   return caps;
 }
 

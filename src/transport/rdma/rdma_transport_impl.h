@@ -72,6 +72,8 @@ class RdmaTransport final : public Transport {
   RdmaTransport& operator=(const RdmaTransport&) = delete;
 
   std::string_view name() const override { return "rdma"; }
+  // preferred_slice_size follows the provider chosen at Start (rdma::PreferredSliceSize; before
+  // Start: a NIC's); no max_slice_size (Submit splits a slice at the provider's max_msg_size).
   TransportCapabilities capabilities() const override;
 
   // Opens the provider's domains and starts their threads. IP-addressed providers (tcp;ofi_rxm)

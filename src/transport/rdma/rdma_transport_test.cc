@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/rdma/fabric_info.h"
 #include "transport/rdma/rdma_test_fixture.h"
 #include "transport/rdma/rdma_wire.h"
 
@@ -24,6 +25,7 @@ TEST_F(RdmaTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   EXPECT_EQ(rdma.name(), "rdma");
   EXPECT_TRUE(rdma.capabilities().reaches_other_hosts);
   EXPECT_FALSE(rdma.capabilities().reaches_device_memory);
+  EXPECT_EQ(rdma.capabilities().preferred_slice_size, kNicSliceSize);  // no provider yet
   EXPECT_EQ(rdma.RegisterMemory(Addr(local_.data()), 64, Location::Cpu(), MemoryAccess::kRemote)
                 .status()
                 .code(),
@@ -34,6 +36,15 @@ TEST_F(RdmaTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   Result<std::string> published = rdma.Start(&target_ctx_, {"a", "127.0.0.1"});
   ASSERT_TRUE(published.ok()) << published.status();
   EXPECT_EQ(rdma.provider(), "tcp;ofi_rxm");
+  // Slices follow the provider: a software one pays per operation, a NIC stripes small ones.
+  EXPECT_EQ(rdma.capabilities().preferred_slice_size, kSoftwareSliceSize);
+  EXPECT_EQ(rdma.capabilities().max_slice_size, UINT64_MAX);  // Submit splits at max_msg_size
+  for (const char* software : {"tcp;ofi_rxm", "tcp", "sockets", "udp;ofi_rxd", "shm", "sm2"}) {
+    EXPECT_EQ(PreferredSliceSize(software), kSoftwareSliceSize) << software;
+  }
+  for (const char* nic : {"verbs;ofi_rxm", "efa", "psm3", "cxi", "opx"}) {
+    EXPECT_EQ(PreferredSliceSize(nic), kNicSliceSize) << nic;
+  }
   EXPECT_EQ(rdma.Start(&target_ctx_, {"a", "127.0.0.1"}).status().code(), StatusCode::kBusy);
   EXPECT_EQ(rdma.RegisterMemory(1, 64, Location::Cuda(0), MemoryAccess::kRemote).status().code(),
             StatusCode::kNotFound);
