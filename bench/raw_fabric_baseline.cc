@@ -13,9 +13,14 @@
 //              keeps --inflight fi_write/fi_read of --block_size bytes in flight for --duration
 //              seconds (block i goes to offset (i * block) mod len) and prints one JSON line:
 //                {"operation":"write","block_size":65536,"inflight":32,"gbps":...,
-//                 "ops_per_s":...,"bytes":...,"seconds":...}
+//                 "ops_per_s":...,"bytes":...,"seconds":...,"p50_us":...,"p99_us":...,
+//                 "mean_us":...}
 //
-// gbps is 10^9 bytes per second of completed operations. Exit status 1 on any libfabric error.
+// gbps is 10^9 bytes per second of completed operations. p50/p99/mean are per operation, from
+// its post until this process read its completion from the CQ; with --inflight=1 that is the
+// raw round trip of one write (delivery-complete where offered) or read, as ferry-bench's
+// latency mode (--batch_size=1 --inflight=1) measures one ferry write or read. Exit status 1 on
+// any libfabric error.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
@@ -28,9 +33,11 @@
 #include <rdma/fi_rma.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -292,6 +299,8 @@ int RunInitiator(const Options& o) {
   }
   void* desc = fi_mr_desc(mr);
   std::vector<fi_context2> contexts(o.inflight);
+  std::vector<Clock::time_point> posted_at(o.inflight);
+  std::vector<double> latencies_us;  // of the operations completed while measuring
   const uint64_t blocks = o.len / o.block_size;
   uint64_t next = 0;
   uint64_t done = 0;
@@ -312,7 +321,10 @@ int RunInitiator(const Options& o) {
     msg.context = &contexts[slot];
     const ssize_t rc = o.write ? fi_writemsg(f.ep, &msg, FI_COMPLETION | f.write_flags)
                                : fi_readmsg(f.ep, &msg, FI_COMPLETION);
-    if (rc == 0) ++next;
+    if (rc == 0) {
+      ++next;
+      posted_at[slot] = Clock::now();
+    }
     return rc;
   };
   const auto duration = std::chrono::duration<double>(o.duration_s > 0 ? o.duration_s : 3);
@@ -347,9 +359,15 @@ int RunInitiator(const Options& o) {
     fi_cq_entry entries[64];
     const ssize_t n = fi_cq_read(f.cq, entries, 64);
     if (n > 0) {
+      const Clock::time_point completed = Clock::now();
       for (ssize_t i = 0; i < n; ++i) {
-        free_slots.push_back(static_cast<uint64_t>(
-            static_cast<fi_context2*>(entries[i].op_context) - contexts.data()));
+        const auto slot = static_cast<uint64_t>(static_cast<fi_context2*>(entries[i].op_context) -
+                                                contexts.data());
+        free_slots.push_back(slot);
+        if (measuring) {
+          latencies_us.push_back(
+              std::chrono::duration<double, std::micro>(completed - posted_at[slot]).count());
+        }
       }
       done += static_cast<uint64_t>(n);
     } else if (n == -FI_EAVAIL) {
@@ -364,12 +382,24 @@ int RunInitiator(const Options& o) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const uint64_t ops = done - counted;
   const double bytes = static_cast<double>(ops) * static_cast<double>(o.block_size);
+  double sum_us = 0;
+  for (const double us : latencies_us) sum_us += us;
+  const double mean_us =
+      latencies_us.empty() ? 0 : sum_us / static_cast<double>(latencies_us.size());
+  std::sort(latencies_us.begin(), latencies_us.end());
+  auto percentile = [&](double p) {
+    if (latencies_us.empty()) return 0.0;
+    const auto rank =
+        static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(latencies_us.size())));
+    return latencies_us[std::min(latencies_us.size(), std::max<size_t>(rank, 1)) - 1];
+  };
   std::printf(
       "{\"operation\":\"%s\",\"block_size\":%llu,\"inflight\":%llu,\"gbps\":%.6f,"
-      "\"ops_per_s\":%.1f,\"bytes\":%.0f,\"seconds\":%.6f}\n",
+      "\"ops_per_s\":%.1f,\"bytes\":%.0f,\"seconds\":%.6f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+      "\"mean_us\":%.1f}\n",
       o.write ? "write" : "read", static_cast<unsigned long long>(o.block_size),
       static_cast<unsigned long long>(o.inflight), bytes / seconds / 1e9, ops / seconds, bytes,
-      seconds);
+      seconds, percentile(50), percentile(99), mean_us);
   // Let what is still in flight finish before the buffers go.
   const auto drain_end = Clock::now() + std::chrono::seconds(5);
   while (done < posted && Clock::now() < drain_end) {

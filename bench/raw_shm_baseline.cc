@@ -12,16 +12,30 @@
 //                  the kernel has huge pages reserved, else normal pages with MADV_HUGEPAGE.
 //
 // The loop is ferry-bench's: each of --threads threads moves batches of --batch_size blocks of
-// --block_size bytes between its slice of a private local buffer and the same slice of the
-// target's buffer, for --duration seconds. One warm-up batch per thread runs before the clock
+// --block_size bytes between a slice of a private local buffer and the same slice of the
+// target's buffer, for --duration seconds, cycling through its slices of the working set (as
+// ferry-bench --working_set does: thread t's j-th batch moves slice t + (j mod n) * threads).
+// --working_set (rounded down to a multiple of threads * batch_size * block_size, at least one)
+// defaults to one slice per thread for cma, and for memcpy to twice the last-level cache
+// (the highest-level cache of cpu0 in sysfs; 64 MiB when sysfs does not say), so that memcpy
+// copies from and into memory, not between cache-hot slices; bench/shm.sh passes the same
+// working set to ferry-bench. One untimed pass over the working set runs before the clock
 // starts (page-table faults); afterwards the first block is checked to have really moved.
+//
+// Each batch is timed (steady_clock around it); with --batch_size=1 that is the latency of one
+// block's copy: for cma one process_vm_writev/readv call, which returns once the bytes are in
+// (or out of) the target's memory, so it is the whole raw round trip of a same-host write or
+// read (ferry's shm transport, too, tells the target nothing per block).
 //
 //   ferry-raw-shm-baseline --kind=cma|memcpy [--operation=write|read] [--block_size=64K]
 //                          [--batch_size=32] [--threads=1] [--duration=3]
+//                          [--working_set=BYTES]
 //   {"kind":"cma","operation":"write","block_size":65536,"batch_size":32,"threads":1,
-//    "pages":"thp","gbps":...,"ops_per_s":...,"bytes":...,"seconds":...}
+//    "pages":"thp","working_set":...,"gbps":...,"ops_per_s":...,"bytes":...,"seconds":...,
+//    "p50_us":...,"p99_us":...,"mean_us":...}
 //
-// gbps is 10^9 bytes per second, from the first timed block until the last thread stopped.
+// gbps is 10^9 bytes per second, from the first timed block until the last thread stopped;
+// p50/p99/mean are per batch, at 50 ns resolution up to 1 ms and 100 us beyond.
 // Exit status: 0 success, 1 a failed system call or check (message on stderr), 2 bad flags.
 #include <fcntl.h>
 #include <linux/memfd.h>
@@ -38,6 +52,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -67,10 +82,44 @@ struct Options {
   uint64_t batch_size = 32;
   uint64_t threads = 1;
   double duration_s = 3;
+  uint64_t working_set = 0;  // 0: the kind's default (see the top of the file)
 
   uint64_t SliceBytes() const { return block_size * batch_size; }
-  uint64_t WorkingSetBytes() const { return SliceBytes() * threads; }
+  // Slices each thread cycles through.
+  uint64_t SlicesPerThread() const {
+    return std::max<uint64_t>(1, working_set / (SliceBytes() * threads));
+  }
+  uint64_t WorkingSetBytes() const { return SliceBytes() * threads * SlicesPerThread(); }
+  // The offset of thread t's j-th slice.
+  uint64_t SliceOffset(uint64_t t, uint64_t j) const {
+    return (t + (j % SlicesPerThread()) * threads) * SliceBytes();
+  }
 };
+
+// The size of the highest-level cache sysfs lists for cpu0; 0 when it lists none.
+uint64_t LastLevelCacheBytes() {
+  uint64_t best_size = 0;
+  int best_level = -1;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    FILE* level_file = std::fopen((dir + "level").c_str(), "r");
+    if (level_file == nullptr) continue;
+    int level = -1;
+    const bool have_level = std::fscanf(level_file, "%d", &level) == 1;
+    std::fclose(level_file);
+    FILE* size_file = std::fopen((dir + "size").c_str(), "r");
+    if (size_file == nullptr) continue;
+    char text[32] = {};
+    const bool have_size = std::fscanf(size_file, "%31s", text) == 1;
+    std::fclose(size_file);
+    const std::optional<uint64_t> size = have_size ? raw_baseline::ParseBytes(text) : std::nullopt;
+    if (have_level && size && level > best_level) {
+      best_level = level;
+      best_size = *size;
+    }
+  }
+  return best_size;
+}
 
 // Sizes up to 64 GiB.
 std::optional<uint64_t> ParseBytes(std::string_view text) {
@@ -105,11 +154,14 @@ bool ApplyFlag(std::string_view name, std::string_view value, Options& o) {
            o.duration_s < 1e6;
   }
   std::optional<uint64_t> n;
-  if (name == "block_size") n = ParseBytes(value);
+  if (name == "block_size" || name == "working_set") n = ParseBytes(value);
   if (name == "batch_size") n = ParseCount(value, 1 << 16);
   if (name == "threads") n = ParseCount(value, 64);
   if (!n) return false;
-  (name == "block_size" ? o.block_size : name == "batch_size" ? o.batch_size : o.threads) = *n;
+  (name == "block_size"    ? o.block_size
+   : name == "batch_size"  ? o.batch_size
+   : name == "working_set" ? o.working_set
+                           : o.threads) = *n;
   return true;
 }
 
@@ -124,12 +176,20 @@ std::optional<Options> ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "bad argument '%s'\nusage: ferry-raw-shm-baseline --kind=cma|memcpy "
                    "[--operation=write|read] [--block_size=BYTES] [--batch_size=N] "
-                   "[--threads=N] [--duration=SECONDS]\n",
+                   "[--threads=N] [--duration=SECONDS] [--working_set=BYTES]\n"
+                   "  --working_set: bytes the batches cycle through (default: cma one slice "
+                   "per thread; memcpy twice the last-level cache, from sysfs, else 64 MiB, so "
+                   "that it copies out of cache as ferry-bench --working_set does)\n",
                    argv[i]);
       return std::nullopt;
     }
   }
-  if (o.WorkingSetBytes() > (uint64_t{1} << 36)) {
+  if (o.working_set == 0 && o.kind == Kind::kMemcpy) {
+    const uint64_t llc = LastLevelCacheBytes();
+    o.working_set = llc > 0 ? 2 * llc : uint64_t{64} << 20;
+  }
+  if (o.SliceBytes() * o.threads > (uint64_t{1} << 36) ||
+      o.WorkingSetBytes() > (uint64_t{1} << 36)) {
     std::fprintf(stderr, "threads * batch_size * block_size is too large\n");
     return std::nullopt;
   }
@@ -259,9 +319,8 @@ struct Peer {
   uint8_t* mapped = nullptr;  // memcpy: this process's mapping
 };
 
-// Moves one batch of thread `t`'s slice; false after a message.
-bool MoveBatch(const Options& o, const Peer& peer, uint8_t* local, uint64_t t) {
-  const uint64_t base = t * o.SliceBytes();
+// Moves one batch: the slice at `base` of both buffers; false after a message.
+bool MoveBatch(const Options& o, const Peer& peer, uint8_t* local, uint64_t base) {
   for (uint64_t i = 0; i < o.batch_size; ++i) {
     const uint64_t offset = base + i * o.block_size;
     if (peer.kind == Kind::kCma) {
@@ -279,18 +338,78 @@ bool MoveBatch(const Options& o, const Peer& peer, uint8_t* local, uint64_t t) {
   return true;
 }
 
+// Batch latencies of one thread, without a sample per batch (a 4 KiB memcpy loop runs millions
+// a second): 50 ns buckets up to 1 ms, 100 us buckets up to 1 s (later ones count as 1 s), and
+// the exact sum for the mean.
+class LatencyHistogram {
+ public:
+  void Add(Clock::duration d) {
+    const auto ns = static_cast<uint64_t>(std::chrono::nanoseconds(d).count());
+    sum_ns_ += ns;
+    ++count_;
+    if (ns < kFineBuckets * kFineNs) {
+      ++fine_[ns / kFineNs];
+    } else {
+      ++coarse_[std::min<uint64_t>(ns / kCoarseNs, kCoarseBuckets - 1)];
+    }
+  }
+  void Merge(const LatencyHistogram& other) {
+    for (size_t i = 0; i < fine_.size(); ++i) fine_[i] += other.fine_[i];
+    for (size_t i = 0; i < coarse_.size(); ++i) coarse_[i] += other.coarse_[i];
+    sum_ns_ += other.sum_ns_;
+    count_ += other.count_;
+  }
+  // The nearest-rank percentile (0 < p <= 100) in microseconds, as a bucket's upper edge.
+  double PercentileUs(double p) const {
+    if (count_ == 0) return 0;
+    const auto rank = std::max<uint64_t>(
+        1, static_cast<uint64_t>(std::ceil(p / 100.0 * static_cast<double>(count_))));
+    uint64_t seen = 0;
+    for (size_t i = 0; i < fine_.size(); ++i) {
+      seen += fine_[i];
+      if (seen >= rank) return static_cast<double>((i + 1) * kFineNs) / 1e3;
+    }
+    for (size_t i = 0; i < coarse_.size(); ++i) {
+      seen += coarse_[i];
+      if (seen >= rank) return static_cast<double>((i + 1) * kCoarseNs) / 1e3;
+    }
+    return static_cast<double>(kCoarseBuckets * kCoarseNs) / 1e3;
+  }
+  double MeanUs() const {
+    return count_ == 0 ? 0 : static_cast<double>(sum_ns_) / static_cast<double>(count_) / 1e3;
+  }
+
+ private:
+  static constexpr uint64_t kFineNs = 50;
+  static constexpr uint64_t kFineBuckets = 20000;  // up to 1 ms
+  static constexpr uint64_t kCoarseNs = 100000;
+  static constexpr uint64_t kCoarseBuckets = 10000;  // up to 1 s
+  std::vector<uint64_t> fine_ = std::vector<uint64_t>(kFineBuckets);
+  std::vector<uint64_t> coarse_ = std::vector<uint64_t>(kCoarseBuckets);
+  uint64_t sum_ns_ = 0;
+  uint64_t count_ = 0;
+};
+
 struct RunResult {
   uint64_t ops = 0;
   double seconds = 0;
   bool ok = true;
+  LatencyHistogram latency;  // per batch
 };
 
-// Runs the threads for the duration after one untimed warm-up batch each.
+// Runs the threads for the duration after one untimed pass over the working set.
 RunResult Measure(const Options& o, const Peer& peer, uint8_t* local) {
+  RunResult result;
   std::atomic<bool> ok{true};
-  for (uint64_t t = 0; t < o.threads && ok; ++t) ok = MoveBatch(o, peer, local, t);
-  if (!ok) return {0, 0, false};
+  for (uint64_t base = 0; base < o.WorkingSetBytes() && ok; base += o.SliceBytes()) {
+    ok = MoveBatch(o, peer, local, base);
+  }
+  if (!ok) {
+    result.ok = false;
+    return result;
+  }
   std::atomic<uint64_t> ops{0};
+  std::vector<LatencyHistogram> latencies(o.threads);
   const auto duration =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
   const auto start = Clock::now();
@@ -298,15 +417,23 @@ RunResult Measure(const Options& o, const Peer& peer, uint8_t* local) {
   for (uint64_t t = 0; t < o.threads; ++t) {
     threads.emplace_back([&, t] {
       uint64_t done = 0;
-      while (ok.load(std::memory_order_relaxed) && Clock::now() - start < duration) {
-        if (!MoveBatch(o, peer, local, t)) ok = false;
+      auto before = Clock::now();
+      for (uint64_t j = 0; ok.load(std::memory_order_relaxed) && before - start < duration; ++j) {
+        if (!MoveBatch(o, peer, local, o.SliceOffset(t, j))) ok = false;
+        const auto after = Clock::now();
+        latencies[t].Add(after - before);
+        before = after;
         done += o.batch_size;
       }
       ops.fetch_add(done);
     });
   }
   for (auto& thread : threads) thread.join();
-  return {ops.load(), std::chrono::duration<double>(Clock::now() - start).count(), ok.load()};
+  result.ops = ops.load();
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.ok = ok.load();
+  for (const LatencyHistogram& h : latencies) result.latency.Merge(h);
+  return result;
 }
 
 // After the run: the first block really moved (a write reached the target, a read brought the
@@ -393,12 +520,15 @@ bool Run(const Options& o, const SharedFile* shared, const char* pages) {
   const double bytes = static_cast<double>(r.ops) * static_cast<double>(o.block_size);
   std::printf(
       "{\"kind\":\"%s\",\"operation\":\"%s\",\"block_size\":%llu,\"batch_size\":%llu,"
-      "\"threads\":%llu,\"pages\":\"%s\",\"gbps\":%.6f,\"ops_per_s\":%.1f,\"bytes\":%.0f,"
-      "\"seconds\":%.6f}\n",
+      "\"threads\":%llu,\"pages\":\"%s\",\"working_set\":%llu,\"gbps\":%.6f,"
+      "\"ops_per_s\":%.1f,\"bytes\":%.0f,\"seconds\":%.6f,\"p50_us\":%.2f,\"p99_us\":%.2f,"
+      "\"mean_us\":%.2f}\n",
       o.kind == Kind::kCma ? "cma" : "memcpy", o.write ? "write" : "read",
       static_cast<unsigned long long>(o.block_size), static_cast<unsigned long long>(o.batch_size),
-      static_cast<unsigned long long>(o.threads), pages, bytes / r.seconds / 1e9,
-      static_cast<double>(r.ops) / r.seconds, bytes, r.seconds);
+      static_cast<unsigned long long>(o.threads), pages,
+      static_cast<unsigned long long>(o.WorkingSetBytes()), bytes / r.seconds / 1e9,
+      static_cast<double>(r.ops) / r.seconds, bytes, r.seconds, r.latency.PercentileUs(50),
+      r.latency.PercentileUs(99), r.latency.MeanUs());
   return true;
 }
 

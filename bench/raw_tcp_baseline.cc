@@ -1,21 +1,34 @@
 // ferry-raw-tcp-baseline: the ceiling ferry's TCP transport is measured against, in the same run.
-// One process, one loopback connection (TCP_NODELAY on both ends): a writer thread streams
-// blocks of --block_size bytes with blocking send() for --duration seconds while the reader
-// recv()s everything until EOF. No acks, no framing: plain one-directional bulk throughput.
+// One process, one loopback connection (TCP_NODELAY on both ends), two threads.
+//
+// Stream (the default): a writer thread streams blocks of --block_size bytes with blocking
+// send() for --duration seconds while the reader recv()s everything until EOF. No acks, no
+// framing: plain one-directional bulk throughput.
 //
 //   ferry-raw-tcp-baseline [--block_size=64K] [--duration=3]
-//   {"block_size":65536,"gbps":...,"ops_per_s":...,"bytes":...,"seconds":...}
+//   {"mode":"stream","block_size":65536,"gbps":...,"ops_per_s":...,"bytes":...,"seconds":...}
 //
 // gbps is 10^9 bytes per second, counted from the first send to the reader seeing EOF.
+//
+// Ping-pong (--pingpong): the raw round trip a single ferry write or read of one block is
+// compared with. write: the initiator send()s one block, the peer recv()s all of it and
+// answers one byte, the initiator recv()s that byte; read: the initiator sends one byte, the
+// peer answers one block, the initiator recv()s all of it. One operation at a time, for
+// --duration seconds after 100 untimed round trips; each round trip is timed (steady_clock
+// around it) and the JSON line adds "operation", "p50_us", "p99_us" and "mean_us":
+//
+//   ferry-raw-tcp-baseline --pingpong [--operation=write|read] [--block_size=4K] [--duration=3]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +47,8 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   uint64_t block_size = 65536;
   double duration_s = 3;
+  bool pingpong = false;
+  bool write = true;  // --pingpong: which way the block goes
 };
 
 using raw_baseline::ParseBytes;
@@ -57,10 +72,14 @@ std::optional<Options> ParseArgs(int argc, char** argv) {
         std::fprintf(stderr, "bad --duration '%s'\n", argv[i]);
         return std::nullopt;
       }
+    } else if (arg == "--pingpong") {
+      o.pingpong = true;
+    } else if (arg == "--operation=write" || arg == "--operation=read") {
+      o.write = arg == "--operation=write";
     } else {
       std::fprintf(stderr,
                    "unknown argument '%s'\nusage: ferry-raw-tcp-baseline [--block_size=BYTES] "
-                   "[--duration=SECONDS]\n",
+                   "[--duration=SECONDS] [--pingpong [--operation=write|read]]\n",
                    argv[i]);
       return std::nullopt;
     }
@@ -167,11 +186,121 @@ bool Writer(uint16_t port, const Options& o, Clock::time_point& start) {
   return ok;
 }
 
+// Receives exactly `size` bytes: 1 when they came, 0 on EOF before the first, -1 after a message.
+int RecvAll(int fd, char* data, size_t size) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = recv(fd, data + got, size - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      if (got == 0) return 0;
+      errno = EPIPE;
+      Fail("recv (EOF inside a message)");
+      return -1;
+    } else if (errno != EINTR) {
+      Fail("recv");
+      return -1;
+    }
+  }
+  return 1;
+}
+
+// --pingpong's peer: accepts one connection and answers each request (a block for a write, a
+// byte for a read) with a byte (write) or a block (read) until EOF. Sets `ok` on a clean EOF.
+void PingPongPeer(int listen_fd, const Options& o, bool& ok) {
+  const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) {
+    Fail("accept");
+    return;
+  }
+  SetNoDelay(fd);
+  std::vector<char> block(o.block_size, 'p');
+  while (true) {
+    const int got = RecvAll(fd, block.data(), o.write ? block.size() : 1);
+    if (got == 0) ok = true;
+    if (got <= 0) break;
+    if (!(o.write ? SendAll(fd, block.data(), 1) : SendAll(fd, block.data(), block.size()))) break;
+  }
+  close(fd);
+}
+
+double PercentileOf(std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+// --pingpong's initiator side: connects, runs 100 untimed round trips, then times each round
+// trip for the duration, and prints the JSON line. Returns the exit status.
+int RunPingPong(const Options& o) {
+  int listen_fd = -1;
+  uint16_t port = 0;
+  if (!Listen(listen_fd, port)) return 1;
+  bool peer_ok = false;
+  std::thread peer(PingPongPeer, listen_fd, std::cref(o), std::ref(peer_ok));
+  bool ok = false;
+  std::vector<double> latencies_us;
+  Clock::time_point start;
+  Clock::time_point end;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr = Loopback(port);
+  if (fd < 0) {
+    Fail("socket");
+  } else if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    Fail("connect");
+  } else {
+    SetNoDelay(fd);
+    std::vector<char> block(o.block_size, 'f');
+    auto round_trip = [&] {
+      if (o.write) {
+        return SendAll(fd, block.data(), block.size()) && RecvAll(fd, block.data(), 1) == 1;
+      }
+      return SendAll(fd, block.data(), 1) && RecvAll(fd, block.data(), block.size()) == 1;
+    };
+    ok = true;
+    for (int i = 0; i < 100 && ok; ++i) ok = round_trip();
+    const auto duration =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+    start = Clock::now();
+    end = start;
+    while (ok && end - start < duration) {
+      const auto before = Clock::now();
+      ok = round_trip();
+      end = Clock::now();
+      latencies_us.push_back(std::chrono::duration<double, std::micro>(end - before).count());
+    }
+    shutdown(fd, SHUT_WR);
+  }
+  if (fd < 0 || !ok) shutdown(listen_fd, SHUT_RDWR);  // unblocks accept if connect never happened
+  peer.join();
+  if (fd >= 0) close(fd);
+  close(listen_fd);
+  if (!ok || !peer_ok) return 1;
+
+  double sum = 0;
+  for (const double us : latencies_us) sum += us;
+  const double mean = latencies_us.empty() ? 0 : sum / static_cast<double>(latencies_us.size());
+  std::sort(latencies_us.begin(), latencies_us.end());
+  const double seconds = std::chrono::duration<double>(end - start).count();
+  const double ops = static_cast<double>(latencies_us.size());
+  std::printf(
+      "{\"mode\":\"pingpong\",\"operation\":\"%s\",\"block_size\":%llu,\"gbps\":%.6f,"
+      "\"ops_per_s\":%.1f,\"bytes\":%.0f,\"seconds\":%.6f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+      "\"mean_us\":%.1f}\n",
+      o.write ? "write" : "read", static_cast<unsigned long long>(o.block_size),
+      ops * static_cast<double>(o.block_size) / seconds / 1e9, ops / seconds,
+      ops * static_cast<double>(o.block_size), seconds, PercentileOf(latencies_us, 50),
+      PercentileOf(latencies_us, 99), mean);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::optional<Options> options = ParseArgs(argc, argv);
   if (!options) return 2;
+  if (options->pingpong) return RunPingPong(*options);
   int listen_fd = -1;
   uint16_t port = 0;
   if (!Listen(listen_fd, port)) return 1;
@@ -188,7 +317,8 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(read.eof - start).count();
   const double blocks = static_cast<double>(read.bytes) / static_cast<double>(options->block_size);
   std::printf(
-      "{\"block_size\":%llu,\"gbps\":%.6f,\"ops_per_s\":%.1f,\"bytes\":%llu,\"seconds\":%.6f}\n",
+      "{\"mode\":\"stream\",\"block_size\":%llu,\"gbps\":%.6f,\"ops_per_s\":%.1f,\"bytes\":%llu,"
+      "\"seconds\":%.6f}\n",
       static_cast<unsigned long long>(options->block_size),
       static_cast<double>(read.bytes) / seconds / 1e9, blocks / seconds,
       static_cast<unsigned long long>(read.bytes), seconds);

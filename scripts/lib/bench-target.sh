@@ -53,12 +53,12 @@ to_bytes() {
   esac
 }
 
-# The target's buffer for $sizes, $batch and $threads: every initiator thread's slice of the
-# largest point, at least 256 MiB.
+# The target's buffer for $sizes, $batch, $threads and $inflight (1 when unset): every
+# initiator thread's slices of the largest point, one per batch in flight, at least 256 MiB.
 target_buffer_bytes() {
   local buffer=$((256 << 20)) size need
   for size in "${sizes[@]}"; do
-    need=$(($(to_bytes "$size") * batch * threads))
+    need=$(($(to_bytes "$size") * batch * threads * ${inflight:-1}))
     ((need > buffer)) && buffer=$need
   done
   echo "$buffer"

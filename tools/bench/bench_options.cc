@@ -66,6 +66,9 @@ Status ApplyEnumFlag(std::string_view flag, std::string_view value, BenchOptions
     } else {
       return BadValue(flag, value, "target|initiator");
     }
+  } else if (flag == "wait") {
+    if (value != "poll" && value != "block") return BadValue(flag, value, "poll|block");
+    out.wait_block = value == "block";
   } else {  // operation
     if (value == "read") {
       out.operation = BenchOperation::kRead;
@@ -116,6 +119,14 @@ Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptio
   if (flag == "slice_size") return ParseSizeFlag(flag, value, out.slice_size);
   if (flag == "batch_size") return ParseCount(flag, value, 1 << 16, out.batch_size);
   if (flag == "threads") return ParseCount(flag, value, 1024, out.threads);
+  if (flag == "inflight") return ParseCount(flag, value, 1024, out.inflight);
+  if (flag == "working_set") {
+    if (value == "0") {
+      out.working_set = 0;
+      return Status::Ok();
+    }
+    return ParseSizeFlag(flag, value, out.working_set);
+  }
   return InvalidArgumentError("unknown flag '--" + std::string(flag) + "'");
 }
 
@@ -138,13 +149,15 @@ Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, 
         "rpc_port",       "segment_id",   "target_addr",     "protocol",          "block_size",
         "batch_size",     "threads",      "duration",        "buffer_size",       "host_id",
         "rdma_provider",  "rdma_devices", "cxl_window",      "cxl_window_size",   "slice_size",
-        "advertise_host", "port_range"};
+        "advertise_host", "port_range",   "inflight",        "working_set",       "wait"};
     const bool known =
         std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
     return InvalidArgumentError(known ? "flag --" + std::string(flag) + " needs =<value>"
                                       : "unknown flag '--" + std::string(flag) + "'");
   }
-  if (flag == "mode" || flag == "operation") return ApplyEnumFlag(flag, value, out);
+  if (flag == "mode" || flag == "operation" || flag == "wait") {
+    return ApplyEnumFlag(flag, value, out);
+  }
   static constexpr std::string_view kNonEmpty[] = {
       "metadata_server", "host",         "segment_id", "protocol",       "host_id",
       "rdma_provider",   "rdma_devices", "cxl_window", "advertise_host", "port_range"};
@@ -222,19 +235,28 @@ Status Validate(const BenchOptions& o) {
   if (o.mode == BenchMode::kInitiator) {
     if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
   }
-  if (o.WorkingSetBytes() / o.threads / o.batch_size != o.block_size ||
-      o.WorkingSetBytes() > kMaxBytes) {
-    return InvalidArgumentError("threads * batch_size * block_size is too large");
+  // Each factor is at most 2^48 (block) or 2^16 (the counts), so no product below overflows.
+  if (o.threads * o.inflight * o.batch_size > kMaxBytes / o.block_size) {
+    return InvalidArgumentError("threads * inflight * batch_size * block_size is too large");
   }
   if (o.buffer_size != 0 && o.buffer_size < o.WorkingSetBytes()) {
     return InvalidArgumentError("--buffer_size " + std::to_string(o.buffer_size) +
-                                " is smaller than threads * batch_size * block_size = " +
+                                " is smaller than the working set (threads * inflight * "
+                                "batch_size * block_size, or --working_set) = " +
                                 std::to_string(o.WorkingSetBytes()));
   }
   return Status::Ok();
 }
 
 }  // namespace
+
+uint64_t BenchOptions::SlicesPerPosition() const {
+  return std::max<uint64_t>(1, working_set / (Positions() * SliceBytes()));
+}
+
+uint64_t BenchOptions::SliceOffset(uint64_t position, uint64_t j) const {
+  return (position + (j % SlicesPerPosition()) * Positions()) * SliceBytes();
+}
 
 uint64_t BenchOptions::EffectiveBufferSize() const {
   if (buffer_size != 0) return buffer_size;
@@ -334,8 +356,8 @@ Measures ferry transfers between two processes, as Mooncake's transfer_engine_be
               then serves until SIGINT/SIGTERM (or --duration, when given).
   initiator:  ferry-bench --mode=initiator --segment_id=<name> [--target_addr=<hex>] [flags]
               runs --threads threads for --duration seconds; each submits batches of
-              --batch_size blocks of --block_size bytes to its own slice of the target's buffer
-              and waits for the whole batch.
+              --batch_size blocks of --block_size bytes to its own slices of the target's
+              buffer, keeping --inflight batches in flight (1: waits for each whole batch).
 
 flags:
   --mode=target|initiator     (default initiator)
@@ -374,10 +396,25 @@ flags:
   --block_size=BYTES          bytes per request; K/M/G suffixes (default 64K)
   --batch_size=N              requests per batch (default 32)
   --threads=N                 initiator threads (default 1)
+  --inflight=N                batches each thread keeps in flight: it submits the next as
+                              soon as one ends, each into its own slices (default 1: submit,
+                              wait for the whole batch, repeat). --batch_size=1 --inflight=1
+                              is the latency mode: p50/p99/mean of one block's write or read
+  --wait=poll|block           how a thread waits for its batches: poll getBatchTransferStatus
+                              (yield for 50 us, then sleep 20 us between polls; default), or
+                              block in waitBatch on the oldest open batch
+  --working_set=BYTES         bytes the batches cycle through, in both buffers (default 0:
+                              each in-flight batch reuses one slice of batch_size*block_size,
+                              cache-hot for small blocks); rounded down to a multiple of
+                              threads*inflight*batch_size*block_size. Pass the same value the
+                              memcpy baseline reports to compare with it out of cache
   --duration=SECONDS          initiator run time (default 5); target: serve this long
-  --buffer_size=BYTES         registered bytes (default max(256M, threads*batch*block))
+  --buffer_size=BYTES         registered bytes (default max(256M, the working set:
+                              threads*inflight*batch*block, or --working_set))
   --slice_size=BYTES          the engine cuts requests into slices of at most this
-                              (EngineOptions::slice_size; default the engine's, 256K)
+                              (EngineOptions::slice_size; unset or 0: the carrying
+                              transport's preference, 256K, or 4M for rdma on a
+                              software provider)
   --tcp_payload_checksum=false
                               tcp: send payloads without their CRC32C (headers keep theirs;
                               EngineOptions::tcp_payload_checksum, default true)
@@ -392,7 +429,8 @@ flags:
   --help
 
 The initiator exits 1 when a task failed or --check found a mismatch, 2 on bad flags.
-Latency is per batch, from submit until every task of the batch is done.
+Latency is per batch, from submit until the initiator saw every task of the batch done
+(see --wait).
 )";
 }
 

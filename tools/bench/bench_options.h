@@ -48,6 +48,22 @@ struct BenchOptions {
   uint64_t block_size = 65536;
   uint64_t batch_size = 32;
   uint64_t threads = 1;
+  // Batches each initiator thread keeps in flight: it submits the next while earlier ones run
+  // and counts each as it ends (as the raw baselines keep operations in flight). 1: submit,
+  // wait for the whole batch, repeat (the drained loop). With --batch_size=1 --inflight=1 the
+  // latency percentiles are those of one block's write or read (the latency mode).
+  uint64_t inflight = 1;
+  // Bytes the run's batches cycle through (both buffers, all threads): 0 (the default) gives
+  // every in-flight batch one fixed slice, which stays in the caches for small blocks. A larger
+  // value (e.g. past the last-level cache, as the memcpy baseline of bench/shm.sh copies) is
+  // rounded down to a multiple of threads * inflight * batch_size * block_size; every batch
+  // position then walks through its own ring of slices. See WorkingSetBytes.
+  uint64_t working_set = 0;
+  // How a thread waits for its open batches: false (--wait=poll, the default) polls
+  // getBatchTransferStatus, yielding for the first 50 us of a wait, then sleeping 20 us between
+  // polls; true (--wait=block) blocks in waitBatch on the oldest open batch (no polling, but a
+  // thread wake-up per completion).
+  bool wait_block = false;
   double duration_s = 5;
   bool duration_given = false;  // the target serves forever unless --duration was given
   uint64_t slice_size = 0;      // 0: the engine's default
@@ -57,10 +73,20 @@ struct BenchOptions {
   bool tcp_payload_checksum = true;  // EngineOptions::tcp_payload_checksum
   bool help = false;
 
-  // Bytes every thread's slice spans: batch_size * block_size.
+  // Bytes one batch spans: batch_size * block_size (one "slice" of the working set).
   uint64_t SliceBytes() const { return batch_size * block_size; }
-  // Bytes all threads' slices span; the same region of the local and the remote buffer.
-  uint64_t WorkingSetBytes() const { return threads * SliceBytes(); }
+  // Batch positions of the run: threads * inflight. Position p = t * inflight + k is thread t's
+  // k-th in-flight batch; no two positions ever share a slice.
+  uint64_t Positions() const { return threads * inflight; }
+  // Slices each position cycles through: working_set / (Positions() * SliceBytes()), at least 1.
+  uint64_t SlicesPerPosition() const;
+  // The offset (in both buffers) of the j-th slice of position p: slices are interleaved,
+  // (p + (j mod SlicesPerPosition()) * Positions()) * SliceBytes(), so the positions' rings
+  // tile [0, WorkingSetBytes()) without overlap.
+  uint64_t SliceOffset(uint64_t position, uint64_t j) const;
+  // Bytes all positions' slices span: Positions() * SlicesPerPosition() * SliceBytes(); the
+  // same region of the local and the remote buffer.
+  uint64_t WorkingSetBytes() const { return Positions() * SlicesPerPosition() * SliceBytes(); }
   // --buffer_size, or its default.
   uint64_t EffectiveBufferSize() const;
   // EngineOptions::transports for --protocol ("auto" -> {"auto"}).

@@ -39,6 +39,10 @@ TEST(BenchOptionsTest, DefaultsForAnInitiator) {
   EXPECT_TRUE(o->host_id.empty());
   EXPECT_FALSE(o->managed);
   EXPECT_EQ(o->ManagedLocation(), "cpu");
+  EXPECT_EQ(o->inflight, 1u);  // the drained loop stays the default
+  EXPECT_EQ(o->working_set, 0u);
+  EXPECT_FALSE(o->wait_block);
+  EXPECT_EQ(o->WorkingSetBytes(), o->SliceBytes());
 }
 
 TEST(BenchOptionsTest, ParsesEveryFlag) {
@@ -92,8 +96,7 @@ TEST(BenchOptionsTest, ParsesTheTransportFlags) {
 TEST(BenchOptionsTest, EngineOptionsFollowTheFlags) {
   Result<BenchOptions> o =
       Parse({"--mode=target", "--metadata_server=http://127.0.0.1:8080/metadata",
-             "--local_server_name=me", "--host=127.0.0.2", "--rpc_port=15000",
-             "--take_over_name"});
+             "--local_server_name=me", "--host=127.0.0.2", "--rpc_port=15000", "--take_over_name"});
   ASSERT_TRUE(o.ok()) << o.status();
   const EngineOptions e = MakeEngineOptions(*o);
   EXPECT_EQ(e.metadata_conn, "http://127.0.0.1:8080/metadata");
@@ -219,6 +222,61 @@ TEST(BenchOptionsTest, BufferDefaultCoversTheWorkingSet) {
   EXPECT_EQ(o->EffectiveBufferSize(), uint64_t{512} << 20);
 }
 
+TEST(BenchOptionsTest, InflightBatchesEachGetTheirOwnSlices) {
+  Result<BenchOptions> o = Parse({"--mode=target", "--block_size=4K", "--batch_size=2",
+                                  "--threads=2", "--inflight=3", "--wait=block"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->inflight, 3u);
+  EXPECT_TRUE(o->wait_block);
+  EXPECT_EQ(o->Positions(), 6u);
+  EXPECT_EQ(o->SlicesPerPosition(), 1u);
+  EXPECT_EQ(o->WorkingSetBytes(), 6u * 8192);
+  // Position p always uses slice p (no --working_set): 6 distinct slices, in order.
+  for (uint64_t p = 0; p < 6; ++p) {
+    EXPECT_EQ(o->SliceOffset(p, 0), p * 8192);
+    EXPECT_EQ(o->SliceOffset(p, 7), p * 8192);
+  }
+}
+
+TEST(BenchOptionsTest, WorkingSetRingsTileWithoutOverlap) {
+  // 2 threads * 2 in flight * 8K slices = 32K a round; 100K rounds down to 3 rounds (96K).
+  Result<BenchOptions> o = Parse({"--mode=target", "--block_size=4K", "--batch_size=2",
+                                  "--threads=2", "--inflight=2", "--working_set=100K"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->SlicesPerPosition(), 3u);
+  EXPECT_EQ(o->WorkingSetBytes(), 96u * 1024);
+  std::vector<int> used(12, 0);
+  for (uint64_t p = 0; p < o->Positions(); ++p) {
+    for (uint64_t j = 0; j < o->SlicesPerPosition(); ++j) {
+      const uint64_t offset = o->SliceOffset(p, j);
+      ASSERT_EQ(offset % o->SliceBytes(), 0u);
+      ASSERT_LT(offset, o->WorkingSetBytes());
+      ++used[offset / o->SliceBytes()];
+    }
+    EXPECT_EQ(o->SliceOffset(p, 3), o->SliceOffset(p, 0));  // the ring wraps
+  }
+  EXPECT_EQ(used, std::vector<int>(12, 1));
+  // Smaller than one round: one slice per position; the default buffer covers the working set.
+  o = Parse(
+      {"--mode=target", "--block_size=4M", "--batch_size=32", "--inflight=4", "--working_set=1M"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->WorkingSetBytes(), uint64_t{512} << 20);
+  EXPECT_EQ(o->EffectiveBufferSize(), uint64_t{512} << 20);
+
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--mode=target", "--inflight=0"},
+        {"--mode=target", "--inflight=1025"},
+        {"--mode=target", "--inflight"},
+        {"--mode=target", "--working_set=lots"},
+        {"--mode=target", "--wait=spin"},
+        {"--mode=target", "--block_size=1G", "--batch_size=65536", "--inflight=1024"},
+        {"--mode=target", "--inflight=4", "--block_size=1M", "--buffer_size=64M"}}) {
+    Result<BenchOptions> r = Parse(bad);
+    EXPECT_FALSE(r.ok()) << bad.back();
+    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(ByteSizeTest, Suffixes) {
   EXPECT_EQ(*ParseByteSize("4096"), 4096u);
   EXPECT_EQ(*ParseByteSize("4k"), 4096u);
@@ -264,6 +322,9 @@ TEST(ReportTest, PercentilesAndJson) {
   r.seconds = 2;
   r.p50_us = 10;
   r.p99_us = 20;
+  r.mean_us = 12.5;
+  r.working_set = 131072;
+  o.inflight = 4;
   const std::string json = FormatJson(o, r);
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.back(), '}');
@@ -273,6 +334,8 @@ TEST(ReportTest, PercentilesAndJson) {
   EXPECT_NE(json.find("\"block_size\":4096"), std::string::npos);
   EXPECT_NE(json.find("\"gbps\":1.000000"), std::string::npos);
   EXPECT_NE(json.find("\"errors\":0"), std::string::npos);
+  EXPECT_NE(json.find("\"inflight\":4,\"working_set\":131072,"), std::string::npos);
+  EXPECT_NE(json.find("\"mean_us\":12.5"), std::string::npos);
   for (const char* key :
        {"batch_size", "threads", "bytes", "seconds", "ops_per_s", "p50_us", "p99_us"}) {
     EXPECT_NE(json.find("\"" + std::string(key) + "\":"), std::string::npos) << key;

@@ -47,16 +47,18 @@ double Percentile(std::vector<double>& samples, double p) {
 }
 
 std::string FormatJson(const BenchOptions& o, const BenchResult& r) {
-  char numbers[512];
-  std::snprintf(numbers, sizeof(numbers),
-                "\"block_size\":%llu,\"batch_size\":%llu,\"threads\":%llu,\"bytes\":%llu,"
-                "\"seconds\":%.6f,\"gbps\":%.6f,\"ops_per_s\":%.1f,\"p50_us\":%.1f,"
-                "\"p99_us\":%.1f,\"errors\":%llu",
-                static_cast<unsigned long long>(o.block_size),
-                static_cast<unsigned long long>(o.batch_size),
-                static_cast<unsigned long long>(o.threads),
-                static_cast<unsigned long long>(r.bytes), r.seconds, r.Gbps(), r.OpsPerSecond(),
-                r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+  char numbers[640];
+  std::snprintf(
+      numbers, sizeof(numbers),
+      "\"block_size\":%llu,\"batch_size\":%llu,\"threads\":%llu,\"inflight\":%llu,"
+      "\"working_set\":%llu,\"bytes\":%llu,\"seconds\":%.6f,\"gbps\":%.6f,"
+      "\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"mean_us\":%.1f,"
+      "\"errors\":%llu",
+      static_cast<unsigned long long>(o.block_size), static_cast<unsigned long long>(o.batch_size),
+      static_cast<unsigned long long>(o.threads), static_cast<unsigned long long>(o.inflight),
+      static_cast<unsigned long long>(r.working_set), static_cast<unsigned long long>(r.bytes),
+      r.seconds, r.Gbps(), r.OpsPerSecond(), r.p50_us, r.p99_us, r.mean_us,
+      static_cast<unsigned long long>(r.errors));
   return "{\"operation\":" + JsonString(std::string(OperationName(o.operation))) +
          ",\"protocol\":" + JsonString(o.protocol) + ",\"transport\":" + JsonString(r.transport) +
          "," + numbers + "}";
@@ -65,14 +67,17 @@ std::string FormatJson(const BenchOptions& o, const BenchResult& r) {
 std::string FormatSummary(const BenchOptions& o, const BenchResult& r) {
   char line[512];
   std::snprintf(line, sizeof(line),
-                "%s over %s (carried by %s): block %llu B, batch %llu, %llu thread(s), %.2f s\n"
-                "  %.3f GB/s, %.0f ops/s, batch latency p50 %.1f us, p99 %.1f us, %llu error(s)",
+                "%s over %s (carried by %s): block %llu B, batch %llu, %llu in flight, "
+                "%llu thread(s), %.2f s\n"
+                "  %.3f GB/s, %.0f ops/s, batch latency p50 %.1f us, p99 %.1f us, mean %.1f us, "
+                "%llu error(s)",
                 std::string(OperationName(o.operation)).c_str(), o.protocol.c_str(),
                 r.transport.empty() ? "-" : r.transport.c_str(),
                 static_cast<unsigned long long>(o.block_size),
                 static_cast<unsigned long long>(o.batch_size),
+                static_cast<unsigned long long>(o.inflight),
                 static_cast<unsigned long long>(o.threads), r.seconds, r.Gbps(), r.OpsPerSecond(),
-                r.p50_us, r.p99_us, static_cast<unsigned long long>(r.errors));
+                r.p50_us, r.p99_us, r.mean_us, static_cast<unsigned long long>(r.errors));
   std::string out = line;
   if (!r.first_error.empty()) out += "\n  first error: " + r.first_error;
   return out;

@@ -1,6 +1,6 @@
 // What one initiator run measured, and its two printed forms: the human summary and the --json
-// line (keys: operation, protocol, transport, block_size, batch_size, threads, bytes, seconds,
-// gbps, ops_per_s, p50_us, p99_us, errors).
+// line (keys: operation, protocol, transport, block_size, batch_size, threads, inflight,
+// working_set, bytes, seconds, gbps, ops_per_s, p50_us, p99_us, mean_us, errors).
 //
 // Thread contract: value types and pure functions; safe from any thread.
 #pragma once
@@ -19,8 +19,10 @@ struct BenchResult {
   double seconds = 0;  // wall time of the measured loop
   double p50_us = 0;   // batch latency percentiles, submit to all-done
   double p99_us = 0;
-  uint64_t errors = 0;      // failed tasks, plus one per failed submit/poll/check
-  std::string first_error;  // empty when errors == 0
+  double mean_us = 0;        // the mean of the same
+  uint64_t working_set = 0;  // bytes the batches cycled through (BenchOptions::WorkingSetBytes)
+  uint64_t errors = 0;       // failed tasks, plus one per failed submit/poll/check
+  std::string first_error;   // empty when errors == 0
   // The transports that carried completed tasks (TransferStatus::transport, one task sampled per
   // batch), sorted and joined by '+' ("shm", "shm+tcp"); empty when none was seen.
   std::string transport;

@@ -3,9 +3,13 @@
 #  1. a tcp target and two short tcp initiators (read, then write) on 127.0.0.1 with
 #     P2PHANDSHAKE and --check: the read names the target's buffer (--target_addr, from its
 #     ready line), the write lets the initiator take the segment's first buffer;
+#     Then the pipelined loop: a read with --inflight=3 (each batch position its own slices,
+#     every block checked) and a write with --inflight=3 --working_set (the batches cycle
+#     through more slices than positions; every byte read back and compared); and the latency
+#     mode (--batch_size=1 --inflight=1) once, which must report its latency percentiles.
 #  2. a --protocol=auto --managed target: an auto initiator reading (--check) must be carried
 #     by shm (two engines on one host), then an shm initiator with its own --managed buffer
-#     writing (--check).
+#     writing (--check), the latter pipelined (--inflight=2).
 #   bench_smoke.sh <path to ferry-bench>
 set -euo pipefail
 bench=$1
@@ -42,10 +46,10 @@ start_target() {
 }
 
 # run_initiator <want transport> <flags...>: one short --check run that must end without errors
-# and be carried by <want>. Without --target_addr among the flags it writes to / reads from the
-# first buffer the target's segment publishes.
+# and be carried by <want>; leaves its JSON line in $json. Without --target_addr among the
+# flags it writes to / reads from the first buffer the target's segment publishes.
 run_initiator() {
-  local want=$1 json
+  local want=$1
   shift
   json=$(timeout 60 "$bench" --mode=initiator --check --json --segment_id="$segment" \
     --block_size=16K --batch_size=8 --threads=2 --duration=0.3 "$@")
@@ -56,7 +60,14 @@ run_initiator() {
 
 start_target --protocol=tcp
 run_initiator tcp --protocol=tcp --operation=read --target_addr="$addr"
+run_initiator tcp --protocol=tcp --operation=read --inflight=3 --target_addr="$addr"
 run_initiator tcp --protocol=tcp --operation=write
+# 2 threads * 3 positions * 8 blocks of 16K = 768K a round; 2M rounds down to two rounds.
+run_initiator tcp --protocol=tcp --operation=write --inflight=3 --working_set=2M
+grep -q '"inflight":3,"working_set":1572864,' <<<"$json" || { echo "want working_set 1572864"; exit 1; }
+run_initiator tcp --protocol=tcp --operation=write --batch_size=1 --inflight=1 --threads=1
+grep -Eq '"batch_size":1,.*"inflight":1,.*"p50_us":[1-9][0-9.]*,"p99_us":[1-9][0-9.]*,"mean_us":[1-9]' \
+  <<<"$json" || { echo "want latency percentiles"; exit 1; }
 # The target exits 0 on SIGTERM.
 kill -TERM "$target_pid"
 wait "$target_pid"
@@ -64,7 +75,7 @@ target_pid=""
 
 start_target --protocol=auto --managed
 run_initiator shm --protocol=auto --operation=read
-run_initiator shm --protocol=shm --managed --operation=write
+run_initiator shm --protocol=shm --managed --operation=write --inflight=2
 kill -TERM "$target_pid"
 wait "$target_pid"
 target_pid=""

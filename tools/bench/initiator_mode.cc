@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -103,13 +104,16 @@ Status FreeBatch(TransferEngine& engine, BatchId batch, Clock::time_point start)
   }
 }
 
-// Submits `requests` as one batch, spins until every task is done and frees the batch. When the
-// batch completed, the transport of task `sample_task` (modulo the batch size) is sampled
-// with one getTransferStatus: one call per batch, outside the wait.
-// Errors: a failed allocate/submit/status/free call, or Timeout after kBatchTimeout (the batch
-// is then left allocated: the engine still owns its tasks).
-Result<BatchOutcome> RunBatch(TransferEngine& engine, const std::vector<TransferRequest>& requests,
-                              uint64_t sample_task = 0) {
+// One submitted batch, until it ended and was freed.
+struct OpenBatch {
+  BatchId id{};
+  Clock::time_point start;
+};
+
+// Allocates a batch and submits `requests` to it. Errors: a failed allocate/submit call (the
+// batch is freed again: nothing of it was queued).
+Result<OpenBatch> SubmitBatch(TransferEngine& engine,
+                              const std::vector<TransferRequest>& requests) {
   Result<BatchId> batch = engine.allocateBatchID(requests.size());
   if (!batch.ok()) return batch.status().WithContext("allocateBatchID");
   const auto start = Clock::now();
@@ -117,34 +121,67 @@ Result<BatchOutcome> RunBatch(TransferEngine& engine, const std::vector<Transfer
     engine.freeBatchID(*batch).IgnoreError();  // nothing of it was queued
     return s.WithContext("submitTransfer");
   }
-  while (true) {
-    Result<BatchStatus> status = engine.getBatchTransferStatus(*batch);
-    if (!status.ok()) return status.status().WithContext("getBatchTransferStatus");
-    if (status->state != TransferState::kPending && status->state != TransferState::kWaiting) {
-      const auto done = Clock::now();
-      BatchOutcome outcome{*status, std::chrono::duration<double, std::micro>(done - start).count(),
-                           ""};
-      if (status->state == TransferState::kCompleted && !requests.empty()) {
-        Result<TransferStatus> task =
-            engine.getTransferStatus(*batch, sample_task % requests.size());
-        if (!task.ok()) return task.status().WithContext("getTransferStatus");
-        outcome.transport = std::move(task->transport);
-      }
-      RETURN_IF_ERROR(FreeBatch(engine, *batch, start));
-      return outcome;
-    }
-    const auto waited = Clock::now() - start;
-    if (waited > kBatchTimeout) {
+  return OpenBatch{*batch, start};
+}
+
+// Polls `batch` once. nullopt while a task is open; once every task ended, the outcome (latency
+// from submit until this poll saw it done; when it completed, the transport of task
+// `sample_task` modulo the batch size, one getTransferStatus per batch) and the batch freed.
+// Errors: a failed status/free call, or Timeout kBatchTimeout after submit (the batch is then
+// left allocated: the engine still owns its tasks).
+Result<std::optional<BatchOutcome>> PollBatch(TransferEngine& engine, const OpenBatch& batch,
+                                              size_t tasks, uint64_t sample_task) {
+  Result<BatchStatus> status = engine.getBatchTransferStatus(batch.id);
+  if (!status.ok()) return status.status().WithContext("getBatchTransferStatus");
+  const auto now = Clock::now();
+  if (status->state == TransferState::kPending || status->state == TransferState::kWaiting) {
+    if (now - batch.start > kBatchTimeout) {
       return TimeoutError("batch not done " + std::to_string(kBatchTimeout.count()) +
                           " ms after submit");
     }
-    // Spin briefly for short batches, then sleep: on a small machine a spinning poller takes
-    // the core the transport's threads need.
-    if (waited < 50us) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(20us);
-    }
+    return std::optional<BatchOutcome>();
+  }
+  BatchOutcome outcome{*status,
+                       std::chrono::duration<double, std::micro>(now - batch.start).count(), ""};
+  if (status->state == TransferState::kCompleted && tasks > 0) {
+    Result<TransferStatus> task = engine.getTransferStatus(batch.id, sample_task % tasks);
+    if (!task.ok()) return task.status().WithContext("getTransferStatus");
+    outcome.transport = std::move(task->transport);
+  }
+  RETURN_IF_ERROR(FreeBatch(engine, batch.id, batch.start));
+  return std::optional<BatchOutcome>(std::move(outcome));
+}
+
+// How a poller waits between polls that found nothing new, `waited` after the oldest open
+// batch's submit: spin briefly for short batches, then sleep; on a small machine a spinning
+// poller takes the core the transport's threads need.
+void PauseBetweenPolls(Clock::duration waited) {
+  if (waited < 50us) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(20us);
+  }
+}
+
+// Submits `requests` as one batch, polls until every task is done and frees the batch (see
+// PollBatch). Errors: those of SubmitBatch and PollBatch.
+Result<BatchOutcome> RunBatch(TransferEngine& engine, const std::vector<TransferRequest>& requests,
+                              uint64_t sample_task = 0) {
+  ASSIGN_OR_RETURN(OpenBatch batch, SubmitBatch(engine, requests));
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<BatchOutcome> outcome,
+                     PollBatch(engine, batch, requests.size(), sample_task));
+    if (outcome) return std::move(*outcome);
+    PauseBetweenPolls(Clock::now() - batch.start);
+  }
+}
+
+// Points `requests` (BuildRequests' batch) at the slice at `offset` of both buffers.
+void AimAt(std::vector<TransferRequest>& requests, const BenchOptions& o, uint8_t* local_base,
+           uint64_t offset) {
+  for (uint64_t i = 0; i < requests.size(); ++i) {
+    requests[i].source = local_base + offset + i * o.block_size;
+    requests[i].target_offset = o.target_addr + offset + i * o.block_size;
   }
 }
 
@@ -163,38 +200,107 @@ std::string CheckReadBlocks(const BenchOptions& o, const uint8_t* local, uint64_
   return "";
 }
 
-// One thread's measured loop over its slice `t` of the local and the remote buffer.
+// One in-flight batch position of a worker: its requests (re-aimed at each use), how often it
+// was used (which slice of its ring comes next), and the batch it has open, if any.
+struct Position {
+  uint64_t index = 0;  // BenchOptions position: t * inflight + k
+  uint64_t uses = 0;
+  uint64_t offset = 0;  // the slice the open batch moves
+  std::vector<TransferRequest> requests;
+  std::optional<OpenBatch> open;
+};
+
+// Thread t's measured loop: keeps its o.inflight positions busy, each moving batches through its
+// own ring of slices (BenchOptions::SliceOffset), resubmitting a position as soon as its batch
+// ended, until the run stops; then waits for what is still open. A failed batch, call or check
+// stops the run (RunState::Fail); the open batches are still waited for.
 WorkerResult Worker(TransferEngine& engine, const BenchOptions& o, SegmentId target,
                     uint8_t* local_base, uint64_t t, RunState& state) {
   WorkerResult result;
-  const uint64_t slice_offset = t * o.SliceBytes();
-  uint8_t* local = local_base + slice_offset;
   const bool read = o.operation == BenchOperation::kRead;
-  const auto requests = BuildRequests(o, read ? OpCode::kRead : OpCode::kWrite, local, target,
-                                      o.target_addr + slice_offset);
+  std::vector<Position> positions(o.inflight);
+  for (uint64_t k = 0; k < o.inflight; ++k) {
+    positions[k].index = t * o.inflight + k;
+    positions[k].requests =
+        BuildRequests(o, read ? OpCode::kRead : OpCode::kWrite, local_base, target, o.target_addr);
+  }
+  auto submit = [&](Position& p) {
+    p.offset = o.SliceOffset(p.index, p.uses++);
+    AimAt(p.requests, o, local_base, p.offset);
+    if (o.check && read) std::memset(local_base + p.offset, kPoison, o.SliceBytes());
+    Result<OpenBatch> batch = SubmitBatch(engine, p.requests);
+    if (!batch.ok()) {
+      state.Fail(1, batch.status().ToString());
+      return;
+    }
+    p.open = *batch;
+  };
+  for (Position& p : positions) {
+    if (!state.stopped()) submit(p);
+  }
   uint64_t batches = 0;
-  while (!state.stopped()) {
-    if (o.check && read) std::memset(local, kPoison, o.SliceBytes());
-    Result<BatchOutcome> outcome = RunBatch(engine, requests, batches++);
-    if (!outcome.ok()) {
-      state.Fail(1, outcome.status().ToString());
-      break;
+  size_t open = static_cast<size_t>(
+      std::count_if(positions.begin(), positions.end(), [](const Position& p) { return p.open; }));
+  while (open > 0) {
+    bool ended = false;
+    Clock::time_point oldest = Clock::now();
+    for (Position& p : positions) {
+      if (!p.open) continue;
+      Result<std::optional<BatchOutcome>> outcome =
+          PollBatch(engine, *p.open, p.requests.size(), batches);
+      if (!outcome.ok()) {
+        state.Fail(1, outcome.status().ToString());
+        p.open.reset();  // a timed-out batch stays allocated: the engine still owns its tasks
+        --open;
+        continue;
+      }
+      if (!*outcome) {
+        oldest = std::min(oldest, p.open->start);
+        continue;
+      }
+      ended = true;
+      ++batches;
+      p.open.reset();
+      --open;
+      const BatchStatus& status = (*outcome)->status;
+      result.ops += status.completed;
+      state.AddOps(status.completed);
+      result.latencies_us.push_back((*outcome)->latency_us);
+      std::string& transport = (*outcome)->transport;
+      if (!transport.empty() && std::find(result.transports.begin(), result.transports.end(),
+                                          transport) == result.transports.end()) {
+        result.transports.push_back(std::move(transport));
+      }
+      if (status.failed > 0 || status.state != TransferState::kCompleted) {
+        state.Fail(std::max<uint64_t>(status.failed, 1), status.first_error.ToString());
+        continue;
+      }
+      if (o.check && read) {
+        if (std::string bad = CheckReadBlocks(o, local_base + p.offset, p.offset); !bad.empty()) {
+          state.Fail(1, bad);
+          continue;
+        }
+      }
+      if (!state.stopped()) {
+        submit(p);
+        if (p.open) ++open;
+      }
     }
-    const BatchStatus& status = outcome->status;
-    result.ops += status.completed;
-    state.AddOps(status.completed);
-    result.latencies_us.push_back(outcome->latency_us);
-    if (!outcome->transport.empty() && std::find(result.transports.begin(), result.transports.end(),
-                                                 outcome->transport) == result.transports.end()) {
-      result.transports.push_back(std::move(outcome->transport));
+    if (ended || open == 0) continue;
+    if (!o.wait_block) {
+      PauseBetweenPolls(Clock::now() - oldest);
+      continue;
     }
-    if (status.failed > 0 || status.state != TransferState::kCompleted) {
-      state.Fail(std::max<uint64_t>(status.failed, 1), status.first_error.ToString());
-      break;
-    }
-    if (o.check && read) {
-      if (std::string bad = CheckReadBlocks(o, local, slice_offset); !bad.empty()) {
-        state.Fail(1, bad);
+    // Block on the oldest open batch; its result is read by the next poll (which also reports
+    // a batch past kBatchTimeout), so an error or Timeout here needs nothing more.
+    for (Position& p : positions) {
+      if (p.open && p.open->start == oldest) {
+        const auto left = kBatchTimeout - (Clock::now() - oldest);
+        engine
+            .waitBatch(p.open->id,
+                       std::max(1ms, std::chrono::ceil<std::chrono::milliseconds>(left)))
+            .status()
+            .IgnoreError();
         break;
       }
     }
@@ -211,11 +317,11 @@ Status VerifyWrites(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   if (!back.ok()) return back.status();
   RETURN_IF_ERROR(engine.registerLocalMemory(back->data(), back->size()));
   Status status;
-  for (uint64_t t = 0; t < o.threads && status.ok(); ++t) {
-    const uint64_t offset = t * o.SliceBytes();
-    Result<BatchOutcome> outcome = RunBatch(
-        engine,
-        BuildRequests(o, OpCode::kRead, back->data() + offset, target, o.target_addr + offset));
+  std::vector<TransferRequest> requests =
+      BuildRequests(o, OpCode::kRead, back->data(), target, o.target_addr);
+  for (uint64_t offset = 0; offset < o.WorkingSetBytes() && status.ok(); offset += o.SliceBytes()) {
+    AimAt(requests, o, back->data(), offset);
+    Result<BatchOutcome> outcome = RunBatch(engine, requests);
     if (!outcome.ok()) {
       status = outcome.status();
     } else if (outcome->status.state != TransferState::kCompleted) {
@@ -282,16 +388,23 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   std::vector<WorkerResult> results(o.threads);
   std::vector<std::thread> threads;
   {
-    // One untimed batch first, so that connection set-up (and first-touch faults) stay out of
-    // the numbers. The same operation as the run: a write writes the run's own pattern.
+    // Untimed batches first, one on the first slice of every position, so that connection
+    // set-up (and first-touch faults) stay out of the numbers; under --check a write covers
+    // the whole working set, so that the read-back finds every slice written. The same
+    // operation as the run: a write writes the run's own pattern.
     const bool read = o.operation == BenchOperation::kRead;
-    Result<BatchOutcome> warm = RunBatch(
-        engine,
-        BuildRequests(o, read ? OpCode::kRead : OpCode::kWrite, local, target, o.target_addr));
-    if (!warm.ok()) {
-      state.Fail(1, warm.status().ToString());
-    } else if (warm->status.state != TransferState::kCompleted) {
-      state.Fail(1, warm->status.first_error.ToString());
+    std::vector<TransferRequest> requests =
+        BuildRequests(o, read ? OpCode::kRead : OpCode::kWrite, local, target, o.target_addr);
+    const uint64_t warm_bytes =
+        o.check && !read ? o.WorkingSetBytes() : o.Positions() * o.SliceBytes();
+    for (uint64_t offset = 0; offset < warm_bytes && !state.stopped(); offset += o.SliceBytes()) {
+      AimAt(requests, o, local, offset);
+      Result<BatchOutcome> warm = RunBatch(engine, requests);
+      if (!warm.ok()) {
+        state.Fail(1, warm.status().ToString());
+      } else if (warm->status.state != TransferState::kCompleted) {
+        state.Fail(1, warm->status.first_error.ToString());
+      }
     }
   }
   const auto start = Clock::now();
@@ -316,6 +429,10 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   r.seconds = std::chrono::duration<double>(finished - start).count();
   r.p50_us = Percentile(latencies, 50);
   r.p99_us = Percentile(latencies, 99);
+  double sum_us = 0;
+  for (const double us : latencies) sum_us += us;
+  r.mean_us = latencies.empty() ? 0 : sum_us / static_cast<double>(latencies.size());
+  r.working_set = o.WorkingSetBytes();
   r.errors = state.errors();
   r.first_error = state.first_error();
   return r;
@@ -332,10 +449,11 @@ Result<BenchOptions> WithTargetAddr(TransferEngine& engine, const BenchOptions& 
     return InvalidArgumentError("publishes no remote-accessible buffer (pass --target_addr)");
   }
   if (buffers.front().length < o.WorkingSetBytes()) {
-    return InvalidArgumentError("its first buffer holds " + std::to_string(buffers.front().length) +
-                                " bytes, less than threads * batch_size * block_size = " +
-                                std::to_string(o.WorkingSetBytes()) +
-                                " (pass --target_addr, or use smaller blocks)");
+    return InvalidArgumentError(
+        "its first buffer holds " + std::to_string(buffers.front().length) +
+        " bytes, less than the working set (threads * inflight * batch_size * "
+        "block_size, or --working_set) = " +
+        std::to_string(o.WorkingSetBytes()) + " (pass --target_addr, or use smaller blocks)");
   }
   BenchOptions out = o;
   out.target_addr = buffers.front().addr;
