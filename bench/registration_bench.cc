@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "ferry/transfer_engine.h"
 
 namespace ferry {
@@ -177,26 +178,11 @@ BENCHMARK(BM_Register16GiB_rdma)->UseManualTime()->Unit(benchmark::kMillisecond)
 // --full adds BM_RegisterBatch_rdma/1000 (seconds to unregister; kept out of the default run,
 // which the ctest smoke run makes).
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  bool full = false;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--full") == 0) {
-      full = true;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  if (full) {
+  return ferry::bench::RunBenchmarks(argc, argv, "--full", [] {
     benchmark::RegisterBenchmark("BM_RegisterBatch_rdma", ferry::BM_RegisterBatch_rdma)
         ->Arg(1000)
         ->Iterations(3)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
-  }
-  int count = static_cast<int>(args.size());
-  benchmark::Initialize(&count, args.data());
-  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  });
 }

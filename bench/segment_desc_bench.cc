@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "core/segment_desc_codec.h"
 
 // ----- heap accounting: every operator new/delete of the program goes through these ----------
@@ -182,16 +183,7 @@ void BM_DecodeLargestSegmentDesc(benchmark::State& state) {
 // --largest adds BM_DecodeLargestSegmentDesc and BM_DecodeKeysHeavySegmentDesc (kept out of
 // the default run, which the ctest smoke run makes: each takes seconds, more under sanitizers).
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  bool largest = false;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--largest") == 0) {
-      largest = true;
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  if (largest) {
+  return ferry::bench::RunBenchmarks(argc, argv, "--largest", [] {
     benchmark::RegisterBenchmark("BM_DecodeLargestSegmentDesc", ferry::BM_DecodeLargestSegmentDesc)
         ->Unit(benchmark::kMillisecond)
         ->Iterations(3);
@@ -199,11 +191,5 @@ int main(int argc, char** argv) {
                                  ferry::BM_DecodeKeysHeavySegmentDesc)
         ->Unit(benchmark::kMillisecond)
         ->Iterations(3);
-  }
-  int count = static_cast<int>(args.size());
-  benchmark::Initialize(&count, args.data());
-  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  });
 }

@@ -296,10 +296,19 @@ TEST_P(EngineTest, RequestsPlannedForADeadProcessNeverLandInItsSuccessor) {
   ASSERT_EQ(second.addr, first.addr);
   Result<BatchStatus> old_plan = engine_.waitBatch(*batch, 30s);
   ASSERT_TRUE(old_plan.ok()) << old_plan.status();
-  EXPECT_EQ(old_plan->completed, 0u) << "a write planned for the dead process completed";
+  // shm pins a region it was granted before through the target's lease table, without asking
+  // the target (README, "Same-host pins without a round trip"): a frozen process's leased
+  // region stays writable, so these writes may complete into the first process before it is
+  // killed. Whatever did not complete failed; none lands in the successor (checked below, and
+  // the request planned against the cached descriptor must reach it and be refused Stale).
+  const bool leased = std::string(GetParam().transport) == "shm";
+  if (!leased) {
+    EXPECT_EQ(old_plan->completed, 0u) << "a write planned for the dead process completed";
+  }
   for (size_t i = 0; i < planned.size(); ++i) {
     Result<TransferStatus> t = engine_.getTransferStatus(*batch, i);
     ASSERT_TRUE(t.ok());
+    if (leased && t->state == TransferState::kCompleted) continue;
     EXPECT_EQ(t->state, TransferState::kFailed) << i << ": " << t->reason;
   }
   EXPECT_TRUE(engine_.freeBatchID(*batch).ok());
