@@ -20,7 +20,7 @@ declare -A allowed=(
   [tools/metadata_server]="ferry/ common/ core/ metadata/ rpc/"
   [python]="ferry/"
   [examples]="ferry/ common/ core/ registry/"
-  [bench]="ferry/ common/ core/ registry/ metadata/ rpc/ transport/ engine/ test_servers.h raw_baseline.h"
+  [bench]="ferry/ common/ core/ registry/ metadata/ rpc/ transport/ engine/ test_servers.h raw_baseline.h bench_main.h"
 )
 
 status=0
