@@ -9,6 +9,12 @@
 
 namespace ferry {
 
+// True when [a, a + n) lies entirely inside [base, base + size) (n may be 0 for an empty access
+// at a point inside or at the end); base + size must not wrap.
+constexpr bool RangeCovers(uint64_t base, uint64_t size, uint64_t a, uint64_t n) {
+  return a >= base && a <= base + size && n <= base + size - a;
+}
+
 // Thread contract: value type.
 struct BufferDesc {
   uint64_t addr = 0;        // start address in the owner's address space (or a backend offset)
@@ -23,7 +29,7 @@ struct BufferDesc {
   uint64_t end() const { return addr + length; }
   // True when [a, a + n) lies entirely inside this buffer (n may be 0 for an empty access at a
   // point inside or at the end of the buffer).
-  bool Covers(uint64_t a, uint64_t n) const { return a >= addr && a <= end() && n <= end() - a; }
+  bool Covers(uint64_t a, uint64_t n) const { return RangeCovers(addr, length, a, n); }
 
   friend bool operator==(const BufferDesc&, const BufferDesc&) = default;
 };

@@ -39,7 +39,7 @@ class UnixGrantConnection final : public GrantConnection {
     --it;
     const CachedLease& lease = it->second;
     if (lease.incarnation != r.incarnation || lease.generation != r.generation ||
-        !pins::Covers(lease.addr, lease.length, r.addr, r.length)) {
+        !RangeCovers(lease.addr, lease.length, r.addr, r.length)) {
       return false;
     }
     // Pinned once per batch: the entry cannot drain while this connection's count is held, so

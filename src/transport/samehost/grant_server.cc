@@ -461,7 +461,7 @@ class UnixGrantServer final : public GrantServer {
     const LeaseEntry& e = entries_[it->second];
     const uint64_t word = table_->at(it->second).load();
     if (pins::StateOf(word) != pins::kLive || e.incarnation != r.incarnation ||
-        e.generation != r.generation || !pins::Covers(e.addr, e.length, r.addr, r.length)) {
+        e.generation != r.generation || !RangeCovers(e.addr, e.length, r.addr, r.length)) {
       return {};
     }
     return {it->second, word, e.addr, e.length};

@@ -39,11 +39,6 @@ constexpr uint32_t kNoLease = ~uint32_t{0};
 // The most entries a table may have (GrantServer::Options::lease_table_entries).
 constexpr size_t kMaxEntries = size_t{1} << 20;
 
-// Whether [addr, addr + length) lies inside the region [base, base + size) (BufferDesc's test).
-inline bool Covers(uint64_t base, uint64_t size, uint64_t addr, uint64_t length) {
-  return BufferDesc{.addr = base, .length = size}.Covers(addr, length);
-}
-
 constexpr uint64_t Word(uint64_t sequence, uint64_t state) { return sequence << 2 | state; }
 constexpr uint64_t StateOf(uint64_t word) { return word & kStateMask; }
 
