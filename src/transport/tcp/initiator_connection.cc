@@ -76,6 +76,11 @@ bool InitiatorConnection::Enqueue(std::span<Slice* const> slices) {
   return true;
 }
 
+Status InitiatorConnection::close_reason() const {
+  MutexLock lock(mu_);
+  return close_why_;
+}
+
 void InitiatorConnection::Release(const Status& why) {
   // A refused post means the loop is stopping; its shutdown fails what is held here.
   (void)loop_->Post([self = shared_from_this(), why] { self->OnReleased(why); });
@@ -703,6 +708,7 @@ void InitiatorConnection::Fail(const Status& why) {
     MutexLock lock(mu_);
     closed_ = true;
     closed_flag_.store(true, std::memory_order_release);  // seen by anyone Enqueue refused
+    close_why_ = why;
     pending.swap(pending_);
   }
   std::deque<Request> window;

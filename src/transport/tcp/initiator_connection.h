@@ -83,6 +83,8 @@ class InitiatorConnection final : public IoHandler,
   // Slices queued or in flight here.
   size_t load() const { return load_.load(std::memory_order_relaxed); }
   bool closed() const { return closed_flag_.load(std::memory_order_acquire); }
+  // Why it closed (OK while open, or when the link released it without a failure).
+  Status close_reason() const;
 
   void OnEvents(uint32_t events) override;
   void OnTick(TimePoint now) override;
@@ -170,11 +172,12 @@ class InitiatorConnection final : public IoHandler,
   std::atomic<size_t> load_{0};
   std::atomic<bool> closed_flag_{false};
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::deque<Slice*> pending_ GUARDED_BY(mu_);
   // No queued slice has an earlier deadline (it may be later: a bound to skip scans).
   TimePoint earliest_pending_deadline_ GUARDED_BY(mu_) = TimePoint::max();
   bool closed_ GUARDED_BY(mu_) = false;
+  Status close_why_ GUARDED_BY(mu_);  // set when it fails
   bool kick_posted_ GUARDED_BY(mu_) = false;
 
   // Loop thread only.

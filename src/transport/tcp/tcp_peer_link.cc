@@ -67,6 +67,7 @@ Status TcpPeerLink::SubmitMoving(std::span<Slice* const> slices) {
     return AgainError("tcp queue to " + peer_name_ + " is full");
   }
   std::vector<Slice*> orphans;  // could not be queued: stopping, or every try closed at once
+  Status last_close;             // why the last connection that refused them closed
   {
     MutexLock lock(mu_);
     std::vector<std::vector<Slice*>> groups = SpreadLocked(slices);
@@ -77,15 +78,23 @@ Status TcpPeerLink::SubmitMoving(std::span<Slice* const> slices) {
         std::shared_ptr<InitiatorConnection> connection = ConnectionLocked(slot);
         if (!connection) break;
         queued = connection->Enqueue(groups[slot]);
+        if (!queued) last_close = connection->close_reason();
       }
       if (!queued) orphans.insert(orphans.end(), groups[slot].begin(), groups[slot].end());
     }
   }
   if (!orphans.empty()) {
     budget_->Release(orphans.size());
-    const Status why = runtime_->stopped.load(std::memory_order_acquire)
-                           ? CanceledError("tcp transport stopped")
-                           : UnavailableError("tcp connections to " + peer_name_ + " keep closing");
+    // A connection can fail before the slices reach it (a denied handshake, a refused connect):
+    // they fail with its reason, as they would have on it; a bare "keep closing" only when it
+    // gave none worth keeping (idle close, release).
+    const std::string closing = "tcp connections to " + peer_name_ + " keep closing";
+    Status why = UnavailableError(closing);
+    if (runtime_->stopped.load(std::memory_order_acquire)) {
+      why = CanceledError("tcp transport stopped");
+    } else if (!last_close.ok() && last_close.code() != StatusCode::kCanceled) {
+      why = Status(last_close.code(), closing + ": " + last_close.message());
+    }
     for (Slice* slice : orphans) runtime_->ctx->CompleteSlice(slice, why);
   }
   return Status::Ok();
