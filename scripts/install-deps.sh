@@ -17,6 +17,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev iproute2 iptables
   # the rdma transport (libfabric; its tcp;ofi_rxm provider runs the tests without a NIC)
   libfabric-dev libfabric-bin
+  # the file transport (io_uring)
+  liburing-dev
+  # operations: metrics (prometheus-cpp; Debian's prometheus and promtool check them in the
+  # tests), the ferry command's argument parsing, bench/plot.sh's charts
+  prometheus-cpp-dev prometheus libcli11-dev gnuplot-nox
   # the Python module (python/) and its tests, for Debian's /usr/bin/python3; venv, pip,
   # setuptools and wheel for the offline `pip install --no-build-isolation ./python`
   pybind11-dev python3-dev python3-pytest python3-numpy python3-torch
