@@ -45,12 +45,9 @@ if [[ $quick -eq 0 ]]; then
   echo "==> build: thread"
   scripts/build.sh build-tsan -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF \
     -DFERRY_BUILD_PYTHON=OFF
-  # ferry_bench.smoke is left out under TSan: there its tcp runs stall for io_timeout (5 s) on
-  # a connection, again and again, until a run is cut off (tools/bench/CMakeLists.txt); the
-  # plain and ASan runs keep it, and the tcp transport's own tests run here.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R ctest --test-dir build-tsan --output-on-failure --no-tests=error \
-    -j "$jobs" -LE install -E '^ferry_bench[.]smoke$'
+    -j "$jobs" -LE install
 
   # Every libFuzzer harness of fuzz/ for a few seconds from its seeds (README.md, "Fuzzing"),
   # in build-fuzz (only the harnesses and what they exercise are built).

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "common/crc32c.h"
+#include "common/dma_scope.h"
 #include "common/log.h"
 #include "transport/tcp/tcp_runtime.h"
 
@@ -141,9 +142,12 @@ void TargetConnection::ReceiveReady() {
         continue;
       }
       uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
-      if (ReadSome(into, request_.length - payload_got_, &got) != Io::kProgress) break;
-      // Checked as it lands, while the bytes are still in cache.
-      if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, got);
+      {
+        const DmaScope dma;
+        if (ReadSome(into, request_.length - payload_got_, &got) != Io::kProgress) break;
+        // Checked as it lands, while the bytes are still in cache.
+        if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, got);
+      }
       payload_got_ += got;
       if (payload_got_ == request_.length && !FinishWrite()) return;
     } else {
@@ -201,8 +205,11 @@ bool TargetConnection::ConsumeBuffered() {
       }
       const uint64_t take = std::min<uint64_t>(available, request_.length - payload_got_);
       uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
-      std::memcpy(into, from, take);
-      if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, take);
+      {
+        const DmaScope dma;
+        std::memcpy(into, from, take);
+        if (request_.payload_checksum) payload_crc_ = Crc32cExtend(payload_crc_, into, take);
+      }
       payload_got_ += take;
       in_begin_ += take;
       if (payload_got_ == request_.length && !FinishWrite()) return false;
@@ -350,6 +357,7 @@ void TargetConnection::QueueResponse(const Status& status, const uint8_t* payloa
   header.payload_length = length;
   header.body_crc = Crc32c(r.message);
   if (length > 0 && request_.payload_checksum) {
+    const DmaScope dma;
     header.body_crc = Crc32cExtend(header.body_crc, payload, length);
   }
   EncodeResponseHeader(header, r.header);
@@ -398,7 +406,11 @@ void TargetConnection::SendReady() {
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = n;
-    const ssize_t sent = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t sent = 0;
+    {
+      const DmaScope dma;  // READ payloads leave straight from pinned memory
+      sent = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;

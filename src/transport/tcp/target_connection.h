@@ -20,7 +20,8 @@
 // for io_timeout, and so does an initiator's hang-up (close, half-close or reset): it gave up on
 // what it sent, so nothing not yet started is applied. At most kMaxQueuedResponses answers wait
 // to be sent; beyond that the connection starts no request (and reads nothing, requests read
-// ahead waiting in the buffer) until the initiator takes them.
+// ahead waiting in the buffer) until the initiator takes them. Its copies between sockets and
+// pinned memory stand for a NIC's DMA (common/dma_scope.h).
 //
 // Thread contract: every method runs on the connection's loop thread.
 #pragma once
