@@ -37,7 +37,13 @@ struct DeviceDesc {
 
 // Thread contract: value type. Shared read-only between threads as shared_ptr<const SegmentDesc>.
 struct SegmentDesc {
-  static constexpr uint32_t kSchemaVersion = 1;
+  // 2: buffers may carry a file window (BufferDesc::file). A descriptor is published in the
+  // oldest version that can say it (v1 while it has no file buffer), so engines of the release
+  // before still read it during a rolling upgrade; a decoder reads kOldestSchemaVersion up to
+  // kSchemaVersion (a v1 document with a file window is refused) and holds the result as
+  // kSchemaVersion. A newer document is refused as an unsupported version, never half read.
+  static constexpr uint32_t kSchemaVersion = 2;
+  static constexpr uint32_t kOldestSchemaVersion = 1;
 
   uint32_t schema_version = kSchemaVersion;
   std::string name;          // segment name, 1..255 printable bytes

@@ -17,6 +17,8 @@ namespace {
 constexpr size_t kMaxTextBytes = 255;
 constexpr size_t kMaxTransportNameBytes = 32;
 constexpr int32_t kMaxLocationIndex = 65535;  // include/ferry/types.h: 0..65535
+constexpr size_t kMaxFilePaths = 64;          // FileWindow::paths entries
+constexpr size_t kMaxPathBytes = 4096;        // PATH_MAX
 
 // ---------------------------------------------------------------------------------------------
 // Error paths
@@ -53,10 +55,13 @@ class Path {
   size_t index_ = kNoIndex;
 };
 
+constexpr std::string_view kUnknownFieldV1 = "unknown field (schema v1)";
+
 Status BadVersion(uint64_t version) {
   return InvalidArgumentError("unsupported schema_version " + std::to_string(version) +
-                              " (this build reads " + std::to_string(SegmentDesc::kSchemaVersion) +
-                              ")");
+                              " (this build reads " +
+                              std::to_string(SegmentDesc::kOldestSchemaVersion) + " to " +
+                              std::to_string(SegmentDesc::kSchemaVersion) + ")");
 }
 
 std::string Hex(uint64_t v) {
@@ -106,10 +111,12 @@ bool IsPrintableUtf8(std::string_view s) {
   return true;
 }
 
-Status CheckText(std::string_view s, const Path& path, size_t min_bytes) {
+Status CheckText(std::string_view s, const Path& path, size_t min_bytes,
+                 size_t max_bytes = kMaxTextBytes) {
   if (s.size() < min_bytes) return path.Error("must not be empty");
-  if (s.size() > kMaxTextBytes) {
-    return path.Error("must be at most 255 bytes (got " + std::to_string(s.size()) + ")");
+  if (s.size() > max_bytes) {
+    return path.Error("must be at most " + std::to_string(max_bytes) + " bytes (got " +
+                      std::to_string(s.size()) + ")");
   }
   if (!IsPrintableUtf8(s)) return path.Error("must be UTF-8 without control characters");
   return Status::Ok();
@@ -166,6 +173,26 @@ Status CheckDevice(const DeviceDesc& device, const Path& path) {
   return CheckLocation(device.location, path.Field("location"));
 }
 
+// A file buffer's window: inside the file as it was at registration, with 1..64 host paths.
+Status CheckFile(const FileWindow& f, uint64_t length, const Path& path) {
+  if (f.offset > std::numeric_limits<uint64_t>::max() - length || f.offset + length > f.size) {
+    return path.Field("offset").Error("window [" + Hex(f.offset) + ", +" + Hex(length) +
+                                      ") does not lie inside the file's " + Hex(f.size) + " bytes");
+  }
+  const Path paths = path.Field("paths");
+  if (f.paths.empty()) return paths.Error("must name at least the owner's host");
+  if (f.paths.size() > kMaxFilePaths) {
+    return paths.Error("more than " + std::to_string(kMaxFilePaths) +
+                       " entries, over the limit of " + std::to_string(kMaxFilePaths));
+  }
+  for (const auto& [host, local_path] : f.paths) {
+    const Path entry = paths.Field(host);
+    RETURN_IF_ERROR(CheckText(host, entry, 1));
+    RETURN_IF_ERROR(CheckText(local_path, entry, 1, kMaxPathBytes));
+  }
+  return Status::Ok();
+}
+
 Status CheckBuffer(const BufferDesc& b, const Path& path, const DecodeLimits& limits) {
   if (b.length == 0) return path.Field("length").Error("must be > 0");
   if (b.addr > std::numeric_limits<uint64_t>::max() - b.length) {
@@ -174,7 +201,8 @@ Status CheckBuffer(const BufferDesc& b, const Path& path, const DecodeLimits& li
   }
   if (b.generation == 0) return path.Field("generation").Error("must be > 0");
   RETURN_IF_ERROR(CheckLocation(b.location, path.Field("location")));
-  return CheckOpaqueMap(b.keys, path.Field("keys"), limits);
+  RETURN_IF_ERROR(CheckOpaqueMap(b.keys, path.Field("keys"), limits));
+  return b.file.has_value() ? CheckFile(*b.file, b.length, path.Field("file")) : Status::Ok();
 }
 
 // `setting`: where the limit comes from, named in the error when not empty.
@@ -187,7 +215,10 @@ Status CheckCount(size_t count, size_t limit, const Path& path, std::string_view
 // Every per-field rule; buffer order and overlaps are checked separately.
 Status CheckFields(const SegmentDesc& d, const DecodeLimits& limits) {
   const Path root;
-  if (d.schema_version != SegmentDesc::kSchemaVersion) return BadVersion(d.schema_version);
+  if (d.schema_version < SegmentDesc::kOldestSchemaVersion ||
+      d.schema_version > SegmentDesc::kSchemaVersion) {
+    return BadVersion(d.schema_version);
+  }
   RETURN_IF_ERROR(CheckText(d.name, root.Field("name"), 1));
   if (d.incarnation == 0) return root.Field("incarnation").Error("must be > 0");
   const Path rpc = root.Field("rpc");
@@ -208,6 +239,9 @@ Status CheckFields(const SegmentDesc& d, const DecodeLimits& limits) {
       CheckCount(d.buffers.size(), limits.max_buffers, buffers, limits.max_buffers_setting));
   for (size_t i = 0; i < d.buffers.size(); ++i) {
     RETURN_IF_ERROR(CheckBuffer(d.buffers[i], buffers.Index(i), limits));
+    if (d.schema_version < 2 && d.buffers[i].file.has_value()) {
+      return buffers.Index(i).Field("file").Error(kUnknownFieldV1);
+    }
   }
   return Status::Ok();
 }
@@ -288,6 +322,27 @@ void AppendBuffer(std::string* out, const BufferDesc& b) {
   out->append(b.remote_accessible ? ",\"remote_accessible\":true" : ",\"remote_accessible\":false");
   out->append(",\"keys\":");
   AppendOpaqueMap(out, b.keys);
+  if (b.file.has_value()) {
+    const FileWindow& f = *b.file;
+    out->append(",\"file\":{\"device\":");
+    AppendUint(out, f.device);
+    out->append(",\"inode\":");
+    AppendUint(out, f.inode);
+    out->append(",\"size\":");
+    AppendUint(out, f.size);
+    out->append(",\"offset\":");
+    AppendUint(out, f.offset);
+    out->append(",\"paths\":{");
+    bool first = true;
+    for (const auto& [host, local_path] : f.paths) {
+      if (!first) out->push_back(',');
+      first = false;
+      AppendString(out, host);
+      out->push_back(':');
+      AppendString(out, local_path);
+    }
+    out->append("}}");
+  }
   out->push_back('}');
 }
 
@@ -297,6 +352,8 @@ void AppendBuffer(std::string* out, const BufferDesc& b) {
 using JsonType = JsonReader::Type;
 
 constexpr std::string_view kRootName = "segment descriptor";  // how errors name the root
+static_assert(SegmentDesc::kSchemaVersion == 2, "update kUnknownField");
+constexpr std::string_view kUnknownField = "unknown field (schema v2)";
 
 std::string_view TypeWord(JsonType type) {
   switch (type) {
@@ -352,9 +409,11 @@ constexpr std::string_view kRpcFields[] = {"host", "port"};
 constexpr std::string_view kHostFields[] = {"hostname", "boot_id", "pid_namespace"};
 constexpr std::string_view kDeviceFields[] = {"name", "transport", "location"};
 constexpr std::string_view kBufferFields[] = {
-    "addr", "length", "location", "generation", "remote_accessible", "keys"};
+    "addr", "length", "location", "generation", "remote_accessible", "keys", "file"};
+constexpr uint32_t kBufferOptional = uint32_t{1} << 6;  // "file": file buffers only
+constexpr std::string_view kFileFields[] = {"device", "inode", "size", "offset", "paths"};
 
-// Reads one schema-v1 document into a SegmentDesc in a single pass, checking each value's type
+// Reads one schema-v2 document into a SegmentDesc in a single pass, checking each value's type
 // and each object's shape (unknown, duplicate and missing fields, array lengths, nesting) as it
 // arrives. Values are checked afterwards (CheckFields). The first error stops the read: a
 // syntax or nesting error stays in the JsonReader; any other is shape_error().
@@ -374,7 +433,8 @@ class DescReader {
           if (!ReadUint(path, &version)) return false;
           // The version before anything after it: a newer document's fields read as an
           // unsupported version (the same rule applies to what came before; see TakeError).
-          if (version != SegmentDesc::kSchemaVersion) return Shape(BadVersion(version));
+          if (!Readable(version)) return Shape(BadVersion(version));
+          version_ = version;
           out->schema_version = SegmentDesc::kSchemaVersion;
           return true;
         case 1:
@@ -399,7 +459,14 @@ class DescReader {
                           });
       }
     });
-    return read && json_.ExpectEnd();
+    if (!read || !json_.ExpectEnd()) return false;
+    // A v1 document has no buffer "file" (its version may come after its buffers).
+    for (size_t i = 0; version_ < 2 && i < out->buffers.size(); ++i) {
+      if (out->buffers[i].file.has_value()) {
+        return Shape(root.Field("buffers").Index(i).Field("file").Error(kUnknownFieldV1));
+      }
+    }
+    return true;
   }
 
   // The error of a failed Read, by the order of the checks: invalid JSON or nesting anywhere in
@@ -464,8 +531,10 @@ class DescReader {
 
   // The members of the object just opened at `path`: each must be one of `fields`, once, and
   // all must be there; `read_field(index in fields, path of the member)` reads each value.
+  // Fields whose bit is set in `optional` may be absent.
   template <size_t N, typename ReadField>
-  bool ReadFields(const Path& path, const std::string_view (&fields)[N], ReadField read_field) {
+  bool ReadFields(const Path& path, const std::string_view (&fields)[N], ReadField read_field,
+                  uint32_t optional = 0) {
     static_assert(N <= 32);
     uint32_t seen = 0;
     size_t field = N;
@@ -475,14 +544,16 @@ class DescReader {
       // EncodeSegmentDesc writes the fields in schema order: try the one after the last first.
       field =
           field + 1 < N && SameText(key, fields[field + 1]) ? field + 1 : FieldIndex(fields, key);
-      if (field == N) return Shape(path.Field(key).Error("unknown field (schema v1)"));
+      if (field == N) return Shape(path.Field(key).Error(kUnknownField));
       if ((seen >> field & 1) != 0) return Shape(path.Field(key).Error("duplicate field"));
       seen |= uint32_t{1} << field;
       if (!read_field(field, path.Field(fields[field]))) return false;
     }
     if (json_.failed()) return false;
     for (size_t i = 0; i < N; ++i) {
-      if ((seen >> i & 1) == 0) return Shape(path.Field(fields[i]).Error("missing"));
+      if ((seen >> i & 1) == 0 && (optional >> i & 1) == 0) {
+        return Shape(path.Field(fields[i]).Error("missing"));
+      }
     }
     return true;
   }
@@ -575,22 +646,63 @@ class DescReader {
 
   bool ReadBuffer(const Path& path, const Path& parent, BufferDesc* out) {
     if (!OpenObject(path, parent, 3)) return false;
-    return ReadFields(path, kBufferFields, [&](size_t field, const Path& p) {
+    return ReadFields(
+        path, kBufferFields,
+        [&](size_t field, const Path& p) {
+          switch (field) {
+            case 0:
+              return ReadUint(p, &out->addr);
+            case 1:
+              return ReadUint(p, &out->length);
+            case 2:
+              return ReadLocation(p, &out->location);
+            case 3:
+              return ReadUint(p, &out->generation);
+            case 4:
+              return Expect(JsonType::kBoolean, p) && json_.ReadBool(&out->remote_accessible);
+            case 5:
+              return ReadOpaqueMap(p, path, 4, &out->keys);
+            default:
+              return ReadFile(p, path, &out->file.emplace());
+          }
+        },
+        kBufferOptional);
+  }
+
+  bool ReadFile(const Path& path, const Path& parent, FileWindow* out) {
+    if (!OpenObject(path, parent, 4)) return false;
+    return ReadFields(path, kFileFields, [&](size_t field, const Path& p) {
       switch (field) {
         case 0:
-          return ReadUint(p, &out->addr);
+          return ReadUint(p, &out->device);
         case 1:
-          return ReadUint(p, &out->length);
+          return ReadUint(p, &out->inode);
         case 2:
-          return ReadLocation(p, &out->location);
+          return ReadUint(p, &out->size);
         case 3:
-          return ReadUint(p, &out->generation);
-        case 4:
-          return Expect(JsonType::kBoolean, p) && json_.ReadBool(&out->remote_accessible);
+          return ReadUint(p, &out->offset);
         default:
-          return ReadOpaqueMap(p, path, 4, &out->keys);
+          return ReadPaths(p, path, &out->paths);
       }
     });
+  }
+
+  // host -> path; stops at the first entry past kMaxFilePaths.
+  bool ReadPaths(const Path& path, const Path& parent, std::map<std::string, std::string>* out) {
+    if (!OpenObject(path, parent, 5)) return false;
+    bool more = false;
+    std::string_view key;
+    while (json_.NextMember(&more, &key) && more) {
+      if (out->size() == kMaxFilePaths) {
+        return Shape(path.Error("more than " + std::to_string(kMaxFilePaths) +
+                                " entries, over the limit of " + std::to_string(kMaxFilePaths)));
+      }
+      const auto [it, inserted] = out->try_emplace(std::string(key));
+      const Path entry = path.Field(it->first);
+      if (!inserted) return Shape(entry.Error("duplicate field"));
+      if (!ReadText(entry, &it->second)) return false;
+    }
+    return !json_.failed();
   }
 
   // Run only after a shape error, over the whole text again: the error a check made before any
@@ -616,7 +728,7 @@ class DescReader {
         const JsonType got = json.Peek();
         uint64_t value = 0;
         if (got == JsonType::kUnsigned && json.ReadUnsigned(&value)) {
-          version = value == SegmentDesc::kSchemaVersion ? Status::Ok() : BadVersion(value);
+          version = Readable(value) ? Status::Ok() : BadVersion(value);
           continue;
         }
         if (got != JsonType::kError) {
@@ -632,7 +744,12 @@ class DescReader {
     return json.failed() ? InvalidArgumentError(json.error()) : version;
   }
 
+  static bool Readable(uint64_t version) {
+    return version >= SegmentDesc::kOldestSchemaVersion && version <= SegmentDesc::kSchemaVersion;
+  }
+
   JsonReader json_;
+  uint64_t version_ = SegmentDesc::kSchemaVersion;  // the document's, once read
   const DecodeLimits& limits_;
   const int max_depth_;
   Status shape_error_;
@@ -647,7 +764,13 @@ std::string EncodeSegmentDesc(const SegmentDesc& desc) {
   std::string out;
   out.reserve(256 + desc.devices.size() * 64 + desc.buffers.size() * 160);
   out.append("{\"schema_version\":");
-  AppendUint(&out, desc.schema_version);
+  // The oldest version that can say it: peers of the release before read a descriptor
+  // without file buffers.
+  const bool files = std::any_of(desc.buffers.begin(), desc.buffers.end(),
+                                 [](const BufferDesc& b) { return b.file.has_value(); });
+  AppendUint(&out, desc.schema_version == SegmentDesc::kSchemaVersion && !files
+                       ? SegmentDesc::kOldestSchemaVersion
+                       : desc.schema_version);
   out.append(",\"name\":");
   AppendString(&out, desc.name);
   out.append(",\"incarnation\":");

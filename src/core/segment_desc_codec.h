@@ -1,4 +1,4 @@
-// SegmentDesc <-> JSON, schema v1: the strict, versioned form an engine publishes in the
+// SegmentDesc <-> JSON, schema v2: the strict, versioned form an engine publishes in the
 // metadata store and peers decode (DESIGN.md, "Contracts across process boundaries").
 //
 //   {"schema_version":1,"name":"decode-node-7","incarnation":1234567890123,
@@ -7,10 +7,18 @@
 //    "devices":[{"name":"mlx5_0","transport":"rdma","location":"cpu:0"}],
 //    "transports":{"rdma":"<base64>"},
 //    "buffers":[{"addr":4096,"length":8192,"location":"cpu:0","generation":3,
-//                "remote_accessible":true,"keys":{"tcp":"<base64>","rdma":"<base64>"}}]}
+//                "remote_accessible":true,"keys":{"tcp":"<base64>","rdma":"<base64>"}},
+//               {"addr":17293822569102704640,"length":1048576,"location":"cpu","generation":4,
+//                "remote_accessible":true,"keys":{"file":""},
+//                "file":{"device":2049,"inode":131,"size":4194304,"offset":0,
+//                        "paths":{"n7":"/mnt/kv/spill0","n8":"/mnt/kv/spill0"}}}]}
 //
 // Every field is required, has exactly one JSON type, and unknown fields are rejected at every
-// level. Opaque bytes (keys, transports) travel as base64 (core/base64.h).
+// level; the one exception is a buffer's "file", present exactly for file buffers (v2). The
+// encoder writes "schema_version":1 while no buffer has a file window, so peers of the release
+// before read it; the decoder reads v1 and v2 (a "file" in a v1 document is an unknown field)
+// and a newer version is refused as unsupported (SegmentDesc::kSchemaVersion). Opaque bytes (keys,
+// transports) travel as base64 (core/base64.h).
 //
 // Thread contract: pure functions; safe from any thread.
 #pragma once
@@ -35,7 +43,7 @@ struct DecodeLimits {
   // keeps a small text from costing a map node (~100 bytes) per 8 bytes of input.
   size_t max_transports = 16;
   size_t max_key_bytes = 64u << 10;  // decoded size of one opaque value (a key or a transport blob)
-  int max_depth = 8;                 // JSON nesting (the root object is depth 1; v1 needs 4)
+  int max_depth = 8;                 // JSON nesting (the root object is depth 1; v2 needs 5)
   // Where max_buffers comes from, named in its error when set ("... over the limit of 100
   // (EngineOptions::max_segment_buffers)"). Must outlive the limits (a literal).
   std::string_view max_buffers_setting;
@@ -65,7 +73,7 @@ std::string EncodeSegmentDesc(const SegmentDesc& desc);
 Result<SegmentDesc> DecodeSegmentDesc(std::string_view json, const DecodeLimits& limits = {});
 
 // The semantic checks DecodeSegmentDesc applies, on a struct (e.g. before publishing):
-//  - schema_version == kSchemaVersion; incarnation > 0; rpc.port > 0;
+//  - kOldestSchemaVersion <= schema_version <= kSchemaVersion; incarnation > 0; rpc.port > 0;
 //  - name and rpc.host 1..255 bytes, host.hostname and host.boot_id 0..255 bytes, device names
 //    1..255 bytes; all of them UTF-8 without control characters (< 0x20, 0x7f);
 //  - transport names (device transports, transports and keys entries) 1..32 chars of
@@ -74,6 +82,9 @@ Result<SegmentDesc> DecodeSegmentDesc(std::string_view json, const DecodeLimits&
 //  - locations well-formed and never Kind::kDetect;
 //  - at most limits.max_devices devices and limits.max_buffers buffers; each buffer has
 //    length > 0, addr + length within uint64, generation > 0;
+//  - a file buffer's window [file.offset, file.offset + length) lies within file.size, and
+//    file.paths has 1..64 entries of host name (1..255 bytes) -> path (1..4096 bytes), UTF-8
+//    without control characters;
 //  - buffers sorted by addr and pairwise disjoint (an overlap names both ranges in hex).
 // Errors: InvalidArgument naming the field path of the first violation.
 Status ValidateSegmentDesc(const SegmentDesc& desc, const DecodeLimits& limits = {});

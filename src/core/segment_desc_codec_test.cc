@@ -18,9 +18,9 @@ namespace {
 using Json = nlohmann::json;
 constexpr uint64_t kMax64 = std::numeric_limits<uint64_t>::max();
 
-// A valid v1 document: two buffers, one device, one transport blob.
+// A valid v2 document: two buffers (the second a file window), one device, one transport blob.
 constexpr std::string_view kValidJson = R"({
-  "schema_version": 1, "name": "decode-node-7", "incarnation": 1234567890123,
+  "schema_version": 2, "name": "decode-node-7", "incarnation": 1234567890123,
   "rpc": {"host": "10.0.0.7", "port": 12345},
   "host": {"hostname": "n7", "boot_id": "6f1c1b6e-0d6a-4c1e-9b8e-3f2a1d0c9b8a",
            "pid_namespace": 4026531836},
@@ -30,7 +30,9 @@ constexpr std::string_view kValidJson = R"({
     {"addr": 4096, "length": 8192, "location": "cpu:0", "generation": 3,
      "remote_accessible": true, "keys": {"tcp": "dGNwLWtleQ==", "rdma": "cmtleQ=="}},
     {"addr": 65536, "length": 4096, "location": "cuda:1", "generation": 1,
-     "remote_accessible": false, "keys": {}}
+     "remote_accessible": false, "keys": {},
+     "file": {"device": 2049, "inode": 131, "size": 1099511627776, "offset": 8192,
+              "paths": {"n7": "/mnt/kv/spill0", "n8": "/vol/kv/spill0"}}}
   ]
 })";
 
@@ -92,6 +94,15 @@ SegmentDesc MakeDesc(size_t buffers) {
     b.generation = i + 1;
     b.remote_accessible = i % 3 != 0;
     b.keys = {{"tcp", std::string(16, static_cast<char>(i))}, {"rdma", "rkey" + std::to_string(i)}};
+    if (i % 5 == 1) {  // a file window every fifth buffer
+      b.keys = {{"file", ""}};
+      b.file = FileWindow{.device = 2049 + i,
+                          .inode = 131 + i,
+                          .size = (uint64_t{1} << 40) + i,
+                          .offset = i * 4096,
+                          .paths = {{"node-a", "/mnt/kv/" + std::to_string(i)},
+                                    {"node-b\"x\"", "/vol/kv/\xc3\xb8" + std::to_string(i)}}};
+    }
     d.buffers.push_back(b);
   }
   return d;
@@ -191,7 +202,7 @@ TEST(SegmentDescCodecTest, EncodingIsDeterministicAndInSchemaOrder) {
   const SegmentDesc b = MakeDesc(2);
   const std::string text = EncodeSegmentDesc(a);
   EXPECT_EQ(text, EncodeSegmentDesc(b));
-  EXPECT_EQ(text.rfind(R"({"schema_version":1,"name":"prefill-0","incarnation":)", 0), 0u) << text;
+  EXPECT_EQ(text.rfind(R"({"schema_version":2,"name":"prefill-0","incarnation":)", 0), 0u) << text;
   const std::vector<std::string_view> order = {R"("rpc":{"host":)",       R"("port":)",
                                                R"("host":{"hostname":)",  R"("boot_id":)",
                                                R"("pid_namespace":)",     R"("devices":[{"name":)",
@@ -266,6 +277,13 @@ constexpr FieldCase kFields[] = {
     {"/buffers/1/addr", Type::kUnsigned, true},
     {"/buffers/1/generation", Type::kUnsigned, true},
     {"/buffers/1/keys", Type::kObject, true},
+    {"/buffers/1/file", Type::kObject, false},
+    {"/buffers/1/file/device", Type::kUnsigned, true},
+    {"/buffers/1/file/inode", Type::kUnsigned, true},
+    {"/buffers/1/file/size", Type::kUnsigned, true},
+    {"/buffers/1/file/offset", Type::kUnsigned, true},
+    {"/buffers/1/file/paths", Type::kObject, true},
+    {"/buffers/1/file/paths/n7", Type::kString, false},
 };
 
 TEST(SegmentDescCodecTest, RejectsEveryMissingField) {
@@ -339,13 +357,35 @@ TEST(SegmentDescCodecTest, RejectsDuplicateFields) {
 }
 
 TEST(SegmentDescCodecTest, RejectsOtherSchemaVersionsBeforeAnythingElse) {
-  for (uint64_t version : {0ull, 2ull, 1000ull, 18446744073709551615ull}) {
+  for (uint64_t version : {0ull, 3ull, 1000ull, 18446744073709551615ull}) {
     Json doc = ValidDoc();
     doc["schema_version"] = version;
     doc["a_field_from_the_future"] = true;
     ExpectRejected(doc.dump(), "unsupported schema_version " + std::to_string(version) +
-                                   " (this build reads 1)");
+                                   " (this build reads 1 to 2)");
   }
+}
+
+// Peers of the release before read v1 only: a descriptor without file buffers is published as
+// v1, one with a file window as v2; both decode, and a file window in a v1 document does not.
+TEST(SegmentDescCodecTest, PublishesV1UntilAFileBufferNeedsV2AndReadsBoth) {
+  SegmentDesc memory_only = MakeDesc(1);
+  ASSERT_FALSE(memory_only.buffers[0].file.has_value());
+  const std::string v1 = EncodeSegmentDesc(memory_only);
+  EXPECT_EQ(v1.rfind(R"({"schema_version":1,)", 0), 0u) << v1.substr(0, 40);
+  Result<SegmentDesc> back = DecodeSegmentDesc(v1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, memory_only);
+
+  const SegmentDesc with_file = MakeDesc(2);
+  ASSERT_TRUE(with_file.buffers[1].file.has_value());
+  EXPECT_EQ(EncodeSegmentDesc(with_file).rfind(R"({"schema_version":2,)", 0), 0u);
+
+  Json doc = ValidDoc();
+  doc["schema_version"] = 1;
+  ExpectRejected(doc.dump(), "buffers[1].file: unknown field (schema v1)");
+  doc["buffers"].erase(1);
+  EXPECT_TRUE(DecodeSegmentDesc(doc.dump()).ok()) << DecodeSegmentDesc(doc.dump()).status();
 }
 
 // ----- rejections: values
@@ -447,7 +487,7 @@ TEST(SegmentDescCodecTest, RejectsInputOverTheLimits) {
   limits.max_transports = 0;  // in kValidJson the transports object comes first
   ExpectRejected(kValidJson, "transports: more than 0 entries, over the limit of 0", limits);
   // The default: a buffer's keys object of 100000 entries is refused at the 17th.
-  std::string keys_heavy = R"({"schema_version":1,"name":"n","incarnation":1,)"
+  std::string keys_heavy = R"({"schema_version":2,"name":"n","incarnation":1,)"
                            R"("rpc":{"host":"h","port":1},)"
                            R"("host":{"hostname":"","boot_id":"","pid_namespace":0},)"
                            R"("devices":[],"transports":{},"buffers":[{"addr":4096,"length":1,)"
@@ -487,7 +527,7 @@ TEST(SegmentDescCodecTest, RejectsInvalidJsonWithThePosition) {
   ExpectRejected("", "invalid JSON: parse error at line 1, column 1");
   ExpectRejected(std::string_view(), "invalid JSON: parse error at line 1, column 1");  // no data
   ExpectRejected("{", "invalid JSON: parse error at line 1, column 2");
-  ExpectRejected(std::string(kValidJson) + " x", "invalid JSON: parse error at line 14, column 3");
+  ExpectRejected(std::string(kValidJson) + " x", "invalid JSON: parse error at line 16, column 3");
   ExpectRejected(std::string(kValidJson) + "{}", "expected end of input");
   ExpectRejected(R"({"name": 'x'})", "line 1, column 10");
   ExpectRejected(R"({"name": "x",})", "invalid JSON: ");
@@ -509,7 +549,7 @@ TEST(SegmentDescCodecTest, ValidateAgreesWithDecodeOnEveryRule) {
     void (*apply)(SegmentDesc*);
   };
   const Mutation kMutations[] = {
-      {"unsupported schema_version 2", [](SegmentDesc* d) { d->schema_version = 2; }},
+      {"unsupported schema_version 3", [](SegmentDesc* d) { d->schema_version = 3; }},
       {"name: must not be empty", [](SegmentDesc* d) { d->name.clear(); }},
       {"name: must be UTF-8", [](SegmentDesc* d) { d->name = "a\x01"; }},
       {"incarnation: must be > 0", [](SegmentDesc* d) { d->incarnation = 0; }},
@@ -537,6 +577,18 @@ TEST(SegmentDescCodecTest, ValidateAgreesWithDecodeOnEveryRule) {
       {"buffers[1].location: '*'",
        [](SegmentDesc* d) { d->buffers[1].location = Location::Detect(); }},
       {"buffers[1].keys.: transport name", [](SegmentDesc* d) { d->buffers[1].keys[""] = "x"; }},
+      {"buffers[1].file.offset: window [0xfffffffff1, +0x10001) does not lie inside the file's",
+       [](SegmentDesc* d) { d->buffers[1].file->offset = d->buffers[1].file->size - 16; }},
+      {"buffers[1].file.paths: must name at least the owner's host",
+       [](SegmentDesc* d) { d->buffers[1].file->paths.clear(); }},
+      {"buffers[1].file.paths.node-a: must not be empty",
+       [](SegmentDesc* d) { d->buffers[1].file->paths["node-a"].clear(); }},
+      {"buffers[1].file.paths.node-a: must be at most 4096 bytes",
+       [](SegmentDesc* d) { d->buffers[1].file->paths["node-a"].assign(4097, 'p'); }},
+      {"buffers[1].file.paths: more than 64 entries, over the limit of 64",
+       [](SegmentDesc* d) {
+         for (int i = 0; i < 63; ++i) d->buffers[1].file->paths["h" + std::to_string(i)] = "/p";
+       }},
       {"buffers: [0x7f0000000000, 0x7f0000010000) overlaps [0x7f0000000000, 0x7f0000010001)",
        [](SegmentDesc* d) { d->buffers[1].addr = d->buffers[0].addr; }},
   };

@@ -1,9 +1,11 @@
 #include "engine/builtin_transports.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "common/log.h"
 #include "transport/cxl/cxl_transport.h"
+#include "transport/file/file_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #if FERRY_WITH_RDMA
@@ -54,6 +56,12 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
     o.idle_timeout = options.idle_link_timeout;
     return CreateCxlTransport(o);
   }
+  if (name == "file") {
+    FileTransportOptions o;
+    o.queue_depth = options.file_queue_depth;
+    o.direct_io = options.file_direct_io;
+    return CreateFileTransport(o);
+  }
 #if FERRY_WITH_RDMA
   if (name == "rdma") return CreateRdmaTransport(RdmaOptions(options));
 #endif
@@ -67,6 +75,16 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
 // What "auto" installs here.
 std::vector<std::string> AutoTransports(const EngineOptions& options) {
   std::vector<std::string> names = {"tcp", "shm"};
+  // file: left out where io_uring cannot work (no kernel support, or a seccomp filter refusing
+  // it, as container runtimes may), saying so once per process, not once per engine.
+  if (Status uring = FileTransportAvailable(); uring.ok()) {
+    names.push_back("file");
+  } else {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      FERRY_LOG(kWarn) << "transport 'file' not installed (file buffers unavailable): " << uring;
+    });
+  }
   if (!options.cxl_window.empty()) names.push_back("cxl");
 #if FERRY_WITH_RDMA
   Result<std::string> provider = ProbeRdmaProvider(RdmaOptions(options));
@@ -83,7 +101,7 @@ std::vector<std::string> AutoTransports(const EngineOptions& options) {
 
 std::vector<std::string> BuiltinTransportNames() {
   return {
-    "cxl", "shm",
+    "cxl", "shm", "file",
 #if FERRY_WITH_RDMA
         "rdma",
 #endif

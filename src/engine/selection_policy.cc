@@ -20,6 +20,7 @@ std::vector<std::string> SelectionPolicy::Order(const BufferDesc& remote,
   for (const Candidate& c : installed) {
     if (!hint.empty() && c.name != hint) continue;
     if (remote.keys.find(c.name) == remote.keys.end()) continue;  // peer did not register it
+    if (c.file_buffers != remote.file.has_value()) continue;
     if (c.same_host_only && !same_host) continue;
     usable.push_back(c.name);
   }

@@ -1,6 +1,7 @@
 // SelectionPolicy (DESIGN.md, Selection): which transports may carry a request, best first.
 //
-// Given the covering remote BufferDesc, keep the transports both sides registered it with; drop
+// Given the covering remote BufferDesc, keep the transports both sides registered it with (a file
+// buffer only those that carry file buffers, a memory buffer none of those); drop
 // same-host-only ones when the peer is on another host; order by priority
 // cuda-ipc > cxl > shm > rdma/fabric > tcp; skip links in failure cool-down; an explicit hint
 // narrows the choice to that transport.
@@ -23,6 +24,9 @@ namespace ferry::engine {
 struct Candidate {
   std::string name;
   bool same_host_only = false;
+  // Carries file buffers (TransportCapabilities::file_buffers) and only those: it is a
+  // candidate exactly for buffers with BufferDesc::file.
+  bool file_buffers = false;
 };
 
 class SelectionPolicy {

@@ -51,6 +51,7 @@ uint64_t PinGuard::region_addr() const { return region_->addr; }
 uint64_t PinGuard::region_length() const { return region_->length; }
 uint64_t PinGuard::generation() const { return region_->generation; }
 Location PinGuard::location() const { return region_->location; }
+bool PinGuard::is_file() const { return region_ != nullptr && region_->file.has_value(); }
 
 void PinGuard::RetainBound(std::vector<std::string>* transports) const {
   if (region_ == nullptr) {
@@ -225,6 +226,7 @@ Result<std::vector<uint64_t>> LocalRegistry::RegisterAll(const std::vector<Regio
     region->length = specs[i].length;
     region->location = specs[i].location;
     region->remote_accessible = specs[i].remote_accessible;
+    region->file = specs[i].file;
     region->generation = next_generation_++;
     fresh.push_back(std::move(region));
   }
@@ -506,6 +508,7 @@ BufferDesc LocalRegistry::Describe(const Region& region) {
   desc.location = region.location;
   desc.generation = region.generation;
   desc.remote_accessible = region.remote_accessible;
+  desc.file = region.file;
   // A local-only region publishes no key: peers must not learn what would reach it (an RDMA
   // rkey, a shared buffer's id). Its bindings stay, for its local use and its unregister.
   if (!region.remote_accessible) return desc;

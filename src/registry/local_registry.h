@@ -94,6 +94,8 @@ class PinGuard {
   uint64_t region_length() const;
   uint64_t generation() const;
   Location location() const;
+  // The pinned region is a file window (RegionSpec::file), not memory.
+  bool is_file() const;
   // Removes from `transports` every name the pinned region is not registered with (its memory
   // is not reachable by it); keeps the order. Empties it when nothing is pinned.
   void RetainBound(std::vector<std::string>* transports) const;

@@ -12,10 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/buffer_desc.h"
 #include "ferry/status.h"
 #include "ferry/types.h"
 
@@ -36,6 +38,9 @@ struct RegionSpec {
   uint64_t length = 0;
   Location location;  // resolved: Kind::kDetect is rejected
   bool remote_accessible = true;
+  // Set when the region is a file window (registerLocalFile): its addresses name file bytes and
+  // are never dereferenced. Published as BufferDesc::file.
+  std::optional<FileWindow> file;
   TransportBinding binding;
 };
 
@@ -65,6 +70,7 @@ struct Region {
   Location location;
   bool remote_accessible = true;
   uint64_t generation = 0;
+  std::optional<FileWindow> file;  // RegionSpec::file
   std::vector<TransportBinding> bindings;
   bool unregistering = false;  // an Unregister call is between its start and its end
   // Revocable pins held on this region; guarded by the registry's revoke mutex.
