@@ -730,6 +730,23 @@ class Engine:
         """Notifications received since the last call, in arrival order."""
         return [Notification(n, p) for n, p in self._core.notifies()]
 
+    # ---- metrics --------------------------------------------------------------------------
+
+    def get_metrics(self):
+        """What the engine did since it started (include/ferry/metrics.h) as a dict:
+        ``transfers`` (one dict per transport and peer segment: bytes_written, bytes_read,
+        slices, completed, failed {reason: count}, retries, fallbacks, stale_refreshes,
+        in_flight, latency {count, sum_seconds, buckets [(upper bound s, count)]}),
+        ``transports`` (registrations, registered_bytes, registration_seconds, counters),
+        ``metadata`` (store, ops {get/put/...: count, errors, not_found, latency}) and
+        ``notifications`` (sent, send_failures, received, refused)."""
+        return self._core.metrics()
+
+    @property
+    def metrics_port(self):
+        """The port of the Prometheus endpoint (option metrics_port); 0 when there is none."""
+        return self._core.metrics_port
+
     def notify(self, segment, payload):
         """Sends a notification now (Busy when the target holds too many)."""
         seg = self.open(segment)

@@ -280,6 +280,12 @@ class TransferEngine:
 
     send_notify = send_notif
 
+    def get_metrics(self):
+        """The engine's metrics as a dict (see ferry.Engine.get_metrics); {} before
+        initialize. ferry's addition."""
+        core = self._core
+        return core.metrics() if core is not None else {}
+
     def send_probe(self, target_hostname):
         """0 when the target's engine answers, -1 otherwise."""
         return self._run("send_probe", lambda c: c.probe(self._open(c, target_hostname)))

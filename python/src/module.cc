@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "ferry/metrics.h"
 #include "ferry/options.h"
 #include "ferry/status.h"
 #include "ferry/transfer_engine.h"
@@ -128,6 +129,14 @@ EngineOptions OptionsFromDict(const py::dict& d) {
         o.worker_threads = value.cast<size_t>();
       } else if (key == "max_segment_buffers") {
         o.max_segment_buffers = value.cast<size_t>();
+      } else if (key == "metrics_port") {
+        o.metrics_port = value.cast<int32_t>();
+      } else if (key == "metrics_host") {
+        o.metrics_host = value.cast<std::string>();
+      } else if (key == "metrics_max_peers") {
+        o.metrics_max_peers = value.cast<size_t>();
+      } else if (key == "log_level") {
+        o.log_level = value.cast<std::string>();
       } else {
         Check(InvalidArgumentError("unknown engine option '" + key + "'"));
       }
@@ -237,6 +246,84 @@ struct ReleasingGilDelete {
     delete engine;
   }
 };
+
+py::dict HistogramDict(const LatencyHistogram& h) {
+  py::list buckets;  // (upper bound in seconds, count in that bucket); the last bound is inf
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+    buckets.append(py::make_tuple(LatencyHistogram::UpperBoundSeconds(i), h.buckets[i]));
+  }
+  py::dict d;
+  d["count"] = h.count;
+  d["sum_seconds"] = h.sum_seconds;
+  d["buckets"] = buckets;
+  return d;
+}
+
+// EngineMetrics (ferry/metrics.h) as plain dicts and lists; failures by StatusCode name (only
+// the non-zero ones), a transport's own counters by name.
+py::dict MetricsDict(const EngineMetrics& m) {
+  py::list transfers;
+  for (const TransferSeries& s : m.transfers) {
+    py::dict failed;
+    for (size_t i = 0; i < kStatusCodeCount; ++i) {
+      if (s.failed[i] != 0)
+        failed[py::str(StatusCodeName(static_cast<StatusCode>(i)))] = s.failed[i];
+    }
+    py::dict t;
+    t["transport"] = s.transport;
+    t["peer"] = s.peer;
+    t["bytes_written"] = s.bytes_written;
+    t["bytes_read"] = s.bytes_read;
+    t["slices"] = s.slices;
+    t["completed"] = s.completed;
+    t["failed"] = failed;
+    t["retries"] = s.retries;
+    t["fallbacks"] = s.fallbacks;
+    t["stale_refreshes"] = s.stale_refreshes;
+    t["in_flight"] = s.in_flight;
+    t["latency"] = HistogramDict(s.latency);
+    transfers.append(t);
+  }
+  py::list transports;
+  for (const TransportMetrics& tm : m.transports) {
+    py::dict counters;
+    for (const auto& [name, value] : tm.counters) counters[py::str(name)] = value;
+    py::dict t;
+    t["name"] = tm.name;
+    t["registrations"] = tm.registrations;
+    t["registration_failures"] = tm.registration_failures;
+    t["registered_bytes"] = tm.registered_bytes;
+    t["unregistrations"] = tm.unregistrations;
+    t["registration_seconds"] = tm.registration_seconds;
+    t["counters"] = counters;
+    transports.append(t);
+  }
+  py::dict ops;
+  for (const MetadataOpMetrics& op : m.metadata.ops) {
+    py::dict o;
+    o["count"] = op.count;
+    o["errors"] = op.errors;
+    o["not_found"] = op.not_found;
+    o["latency"] = HistogramDict(op.latency);
+    ops[py::str(op.op)] = o;
+  }
+  py::dict metadata;
+  metadata["store"] = m.metadata.store;
+  metadata["ops"] = ops;
+  py::dict notifications;
+  notifications["sent"] = m.notifications.sent;
+  notifications["send_failures"] = m.notifications.send_failures;
+  notifications["received"] = m.notifications.received;
+  notifications["refused"] = m.notifications.refused;
+  py::dict d;
+  d["segment"] = m.segment;
+  d["incarnation"] = m.incarnation;
+  d["transfers"] = transfers;
+  d["transports"] = transports;
+  d["metadata"] = metadata;
+  d["notifications"] = notifications;
+  return d;
+}
 
 }  // namespace
 
@@ -475,6 +562,17 @@ PYBIND11_MODULE(_ferry, m) {
             Check(self.engine().freeBatchID(batch));
           },
           py::arg("batch"))
+      .def("metrics",
+           [](PyEngine& self) {
+             EngineMetrics snapshot;
+             {
+               py::gil_scoped_release release;
+               snapshot = self.engine().getMetrics();
+             }
+             return MetricsDict(snapshot);
+           })
+      .def_property_readonly("metrics_port",
+                             [](PyEngine& self) { return self.engine().metricsPort(); })
       .def("notifies",
            [](PyEngine& self) {
              std::vector<NotifyMessage> got = self.engine().getNotifies();

@@ -22,7 +22,8 @@ namespace ferry {
 
 inline constexpr std::chrono::milliseconds kFailureSummaryEvery{10000};
 
-// Lines, with `subject` naming what fails ("transfers to 'b'", "http metadata server h:p/m"):
+// Lines, with `subject` naming what fails ("transfers to segment 'b' over tcp",
+// "http metadata server h:p/m"):
 //   "<subject> failing: <detail>"
 //   "<subject> still failing: <n> more failures in the last <s> s; latest: <detail>"
 //   "<subject> recovered after <n> failures in <s> s"

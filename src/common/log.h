@@ -13,7 +13,11 @@ namespace ferry {
 
 enum class LogLevel : int { kTrace = 0, kDebug, kInfo, kWarn, kError, kOff };
 
-// Current threshold. Starts from FERRY_LOG_LEVEL (trace|debug|info|warn|error|off), default warn.
+// Current threshold, one per process. Starts from FERRY_LOG_LEVEL (trace|debug|info|warn|error|
+// off), default warn; an engine's EngineOptions::log_level, when set, replaces it at init().
+// Levels by volume (STYLE.md 7): the data path (per slice, per task) never logs at info or
+// below; a failing peer is logged at warn, boundedly (engine/peer_health.h), naming the peer
+// segment and the transport.
 LogLevel GetLogLevel();
 void SetLogLevel(LogLevel level);
 // Parses "trace".."off"; returns false and leaves `out` alone on anything else.

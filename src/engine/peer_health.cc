@@ -24,17 +24,24 @@ PeerHealth::State& PeerHealth::StateLocked(std::string_view peer) {
 
 namespace {
 
-std::string Subject(std::string_view peer) { return "transfers to '" + std::string(peer) + "'"; }
+// "transfers to segment 'b' over tcp": the peer segment and, when one carried the failure, the
+// transport.
+std::string Subject(std::string_view peer, std::string_view transport = {}) {
+  std::string subject = "transfers to segment '" + std::string(peer) + "'";
+  if (!transport.empty()) subject += " over " + std::string(transport);
+  return subject;
+}
 
 }  // namespace
 
-void PeerHealth::ReportFailure(std::string_view peer, const Status& error) {
+void PeerHealth::ReportFailure(std::string_view peer, const Status& error,
+                               std::string_view transport) {
   std::optional<std::string> line;
   {
     MutexLock lock(mu_);
     ++failures_;
-    line = StateLocked(peer).streak.Failed(Subject(peer), error.ToString(), clock_->Now(),
-                                           options_.summary_every);
+    line = StateLocked(peer).streak.Failed(Subject(peer, transport), error.ToString(),
+                                           clock_->Now(), options_.summary_every);
     if (line.has_value()) ++lines_;
   }
   if (line.has_value()) FERRY_LOG(kWarn) << *line;

@@ -34,8 +34,9 @@ class PeerHealth {
   // `clock` is borrowed for the object's life.
   PeerHealth(Clock* clock, PeerHealthOptions options) : clock_(clock), options_(options) {}
 
-  // A task to `peer` failed with `error`. Logs at most as described above.
-  void ReportFailure(std::string_view peer, const Status& error);
+  // A task to `peer` failed with `error` (over `transport`, when one carried it). Logs at most as
+  // described above, at warn: "transfers to segment '<peer>' over <transport> failing: ...".
+  void ReportFailure(std::string_view peer, const Status& error, std::string_view transport = {});
   // A task to `peer` completed; logs the recovery once when it had been failing.
   void ReportSuccess(std::string_view peer);
   // True (and the backoff advances) when `peer`'s descriptor may be re-fetched now.

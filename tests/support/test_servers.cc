@@ -444,6 +444,67 @@ std::vector<std::string> RedisServer::Command() const {
   return cmd;
 }
 
+// ---- prometheus -------------------------------------------------------------------------------
+
+Result<std::string> HttpGetLocal(uint16_t port, const std::string& path,
+                                 std::chrono::milliseconds timeout) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  httplib::Result reply = client.Get(path);
+  if (!reply) {
+    return UnavailableError("GET 127.0.0.1:" + std::to_string(port) + path + ": " +
+                            httplib::to_string(reply.error()));
+  }
+  if (reply->status != 200) {
+    return Status(reply->status == 404 ? StatusCode::kNotFound : StatusCode::kInternal,
+                  "GET 127.0.0.1:" + std::to_string(port) + path + ": HTTP " +
+                      std::to_string(reply->status) + ": " + reply->body);
+  }
+  return reply->body;
+}
+
+Result<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(
+    std::vector<std::string> targets, std::chrono::milliseconds scrape_interval) {
+  Status last;
+  for (int attempt = 0; attempt < kStartAttempts; ++attempt) {
+    ASSIGN_OR_RETURN(TempDir dir, TempDir::Create("prometheus"));
+    ASSIGN_OR_RETURN(uint16_t port, PickFreePort());
+    {
+      std::ofstream config(dir.path() + "/prometheus.yml");
+      const std::string interval = std::to_string(scrape_interval.count()) + "ms";
+      config << "global:\n  scrape_interval: " << interval
+             << "\n  evaluation_interval: " << interval
+             << "\nscrape_configs:\n  - job_name: ferry\n    static_configs:\n"
+             << "      - targets: [";
+      for (size_t i = 0; i < targets.size(); ++i) {
+        config << (i == 0 ? "" : ", ") << "'" << targets[i] << "'";
+      }
+      config << "]\n";
+      if (!config) return InternalError("cannot write " + dir.path() + "/prometheus.yml");
+    }
+    std::unique_ptr<PrometheusServer> server(new PrometheusServer(std::move(dir), port));
+    last = server->Launch();
+    if (last.ok()) return server;
+  }
+  return last;
+}
+
+std::vector<std::string> PrometheusServer::Command() const {
+  return {"/usr/bin/prometheus", "--config.file=" + dir_.path() + "/prometheus.yml",
+          "--web.listen-address=127.0.0.1:" + std::to_string(port_),
+          "--storage.tsdb.path=" + dir_.path() + "/data", "--log.level=warn"};
+}
+
+// Prometheus listens before its TSDB is open: wait for /-/ready to answer 200.
+bool PrometheusServer::WaitReady(std::chrono::milliseconds timeout) {
+  return WaitFor([this] { return HttpGetLocal(port_, "/-/ready", 1s).ok(); }, timeout, 50ms);
+}
+
+Result<std::string> PrometheusServer::Query(const std::string& promql) const {
+  return HttpGetLocal(port_, "/api/v1/query?query=" + httplib::detail::encode_query_param(promql));
+}
+
 // ---- ferry-metadata-server --------------------------------------------------------------------
 
 std::string BinDir() { return FERRY_TEST_BIN_DIR; }

@@ -199,6 +199,28 @@ class MetadataServer final : public TestServer {
   std::vector<std::string> extra_args_;
 };
 
+// Debian's /usr/bin/prometheus scraping `targets` ("127.0.0.1:9464", ...) at /metrics every
+// `scrape_interval`, its TSDB in its own directory; ready once /-/ready answers 200. Query runs
+// an instant PromQL query through its HTTP API (GET /api/v1/query) and returns the JSON body.
+class PrometheusServer final : public TestServer {
+ public:
+  static Result<std::unique_ptr<PrometheusServer>> Start(
+      std::vector<std::string> targets,
+      std::chrono::milliseconds scrape_interval = std::chrono::seconds(1));
+  Result<std::string> Query(const std::string& promql) const;
+
+ private:
+  using TestServer::TestServer;
+  std::vector<std::string> Command() const override;
+  std::string name() const override { return "prometheus"; }
+  bool WaitReady(std::chrono::milliseconds timeout) override;
+};
+
+// GET http://127.0.0.1:<port><path> (path with its query, already URL-encoded): the body of a
+// 200 answer; Unavailable (no answer, bounded by `timeout`) or NotFound/Internal (another code).
+Result<std::string> HttpGetLocal(uint16_t port, const std::string& path,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
 // A store server of one of the three kinds engines publish to, and the connection string that
 // reaches it ("etcd://h:p", "redis://h:p", "http://h:p/metadata"), for tests parameterized over
 // the stores.

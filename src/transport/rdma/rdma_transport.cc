@@ -351,6 +351,18 @@ Result<std::string> ProbeRdmaProvider(const RdmaTransportOptions& options) {
   return choice.provider;
 }
 
+std::vector<std::pair<std::string, uint64_t>> RdmaTransport::Counters() const {
+  const RdmaTransportStats s = stats();
+  return {{"posted", s.posted},
+          {"retries", s.retries},
+          {"endpoint_rebuilds", s.endpoint_rebuilds},
+          {"idle_releases", s.idle_releases},
+          {"target_rebuilds", s.target_rebuilds},
+          {"timeouts", s.timeouts},
+          {"stale", s.stale},
+          {"checks", s.checks}};
+}
+
 std::unique_ptr<Transport> CreateRdmaTransport(RdmaTransportOptions options) {
   return std::make_unique<RdmaTransport>(std::move(options));
 }

@@ -115,6 +115,8 @@ class RdmaTransport final : public Transport {
   Result<std::string> OnExchange(std::string_view payload) override;
 
   RdmaTransportStats stats() const;
+  // stats()' counters by name (not peer_addresses, a gauge).
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
   // The provider chosen at Start ("" before).
   std::string provider() const;
 

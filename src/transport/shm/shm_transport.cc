@@ -173,6 +173,19 @@ ShmTransportStats ShmTransport::stats() const {
   return out;
 }
 
+std::vector<std::pair<std::string, uint64_t>> ShmTransport::Counters() const {
+  const ShmTransportStats s = stats();
+  return {{"cma_slices", s.cma_slices},
+          {"mapped_slices", s.mapped_slices},
+          {"failed_slices", s.failed_slices},
+          {"grant_round_trips", s.grant_round_trips},
+          {"table_pinned_slices", s.table_pinned_slices},
+          {"fd_fetches", s.fd_fetches},
+          {"mappings_dropped", s.mappings_dropped},
+          {"timed_out_slices", s.timed_out_slices},
+          {"idle_connections_closed", s.idle_connections_closed}};
+}
+
 std::unique_ptr<Transport> CreateShmTransport(ShmTransportOptions options) {
   return std::make_unique<ShmTransport>(std::move(options));
 }

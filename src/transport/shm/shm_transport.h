@@ -148,6 +148,8 @@ class ShmTransport final : public Transport {
   Result<std::string> OnExchange(std::string_view payload) override;
 
   ShmTransportStats stats() const;
+  // stats()' counters by name (not mappings_alive, a gauge).
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
   const ShmTransportOptions& options() const { return options_; }
 
  private:

@@ -183,6 +183,21 @@ TcpTransportStats TcpTransport::stats() const {
   return out;
 }
 
+std::vector<std::pair<std::string, uint64_t>> TcpTransport::Counters() const {
+  const TcpTransportStats s = stats();
+  return {{"bad_frames", s.bad_frames},
+          {"connections_opened", s.connections_opened},
+          {"connections_failed", s.connections_failed},
+          {"connections_accepted", s.connections_accepted},
+          {"timeouts", s.timeouts},
+          {"rejected_accesses", s.rejected_accesses},
+          {"expired_slices", s.expired_slices},
+          {"deadline_resets", s.deadline_resets},
+          {"idle_closes", s.idle_closes},
+          {"expired_accesses", s.expired_accesses},
+          {"auth_refusals", s.auth_refusals}};
+}
+
 std::unique_ptr<Transport> CreateTcpTransport(const TcpTransportOptions& options) {
   return std::make_unique<TcpTransport>(options);
 }

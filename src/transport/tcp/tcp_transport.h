@@ -161,6 +161,8 @@ class TcpTransport final : public Transport {
   Result<std::string> OnExchange(std::string_view payload) override;
 
   TcpTransportStats stats() const;
+  // stats(), by name.
+  std::vector<std::pair<std::string, uint64_t>> Counters() const override;
 
  private:
   const TcpTransportOptions options_;
