@@ -19,4 +19,13 @@ int RunTarget(const BenchOptions& options, StopSignals& signals);
 // JSON line). A stop signal ends the loop early; the partial result is still printed.
 int RunInitiator(const BenchOptions& options, StopSignals& signals);
 
+// --sweep: for each of options.sweep_protocols, one engine with only that transport, then for
+// each thread count, block size and operation (in that nesting) the point's raw baseline
+// (raw_baseline_runner.h) and one measured run (as RunInitiator's, without --check), each
+// written as a CSV row (bench_report.h) to --csv or stdout, flushed, with a one-line summary on
+// stderr. A failed point is reported and the sweep goes on (exit status 1 at the end); a
+// failed raw baseline leaves its columns empty (exit status unchanged); a stop signal ends the
+// sweep after the running point.
+int RunSweep(const BenchOptions& options, StopSignals& signals);
+
 }  // namespace ferry::bench

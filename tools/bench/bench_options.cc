@@ -1,9 +1,11 @@
 #include "bench/bench_options.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <optional>
 
@@ -20,23 +22,9 @@ std::optional<uint64_t> ParseUnsigned(std::string_view text, int base = 10) {
   return value;
 }
 
-std::optional<bool> ParseBool(std::string_view text) {
-  if (text == "true" || text == "1" || text == "yes") return true;
-  if (text == "false" || text == "0" || text == "no") return false;
-  return std::nullopt;
-}
-
 Status BadValue(std::string_view flag, std::string_view value, std::string_view want) {
   return InvalidArgumentError("bad value '" + std::string(value) + "' for --" + std::string(flag) +
                               " (" + std::string(want) + ")");
-}
-
-// Parses a positive count no larger than `max` into `out`.
-Status ParseCount(std::string_view flag, std::string_view value, uint64_t max, uint64_t& out) {
-  const auto n = ParseUnsigned(value);
-  if (!n || *n == 0 || *n > max) return BadValue(flag, value, "1.." + std::to_string(max));
-  out = *n;
-  return Status::Ok();
 }
 
 // The comma-separated items of `text`, empty ones included ("a,,b" -> {"a", "", "b"}).
@@ -50,169 +38,332 @@ std::vector<std::string> SplitList(std::string_view text) {
   }
 }
 
-Status ParseSizeFlag(std::string_view flag, std::string_view value, uint64_t& out) {
-  Result<uint64_t> bytes = ParseByteSize(value);
-  if (!bytes.ok()) return BadValue(flag, value, "bytes, e.g. 4096, 64K, 4M, 1G");
-  out = *bytes;
-  return Status::Ok();
+// A value's own parser: the text after "--flag=" in, a Status naming the flag out.
+using ValueParser = std::function<Status(std::string_view value)>;
+
+// The flag table: every flag of ferry-bench, declared once on a CLI11 app that parses into `out`
+// and formats --help. A value is parsed by the flag's ValueParser when CLI11 runs the option's
+// callback (after every argument was read; the last of a repeated flag wins); a parser's error
+// is thrown as CLI::ValidationError, which CLI11 passes out of App::parse as a ParseError.
+// Thread contract: one thread; `out` outlives the table.
+class FlagTable {
+ public:
+  explicit FlagTable(BenchOptions& out);
+  FlagTable(const FlagTable&) = delete;
+  FlagTable& operator=(const FlagTable&) = delete;
+
+  CLI::App& app() { return app_; }
+
+ private:
+  // "--name=VALUE" handed to `parse`; `empty_ok`: "--name=" is a value (the empty string).
+  void Value(const std::string& name, const std::string& type, const std::string& help,
+             ValueParser parse, bool empty_ok = false);
+  // "--name=TEXT" copied into `field`; empty text is an error unless `empty_ok`.
+  void Text(const std::string& name, std::string& field, const std::string& type,
+            const std::string& help, bool empty_ok = false);
+  // A boolean: a bare "--name" is true; "--name=true|false" (also 1|0, yes|no, on|off).
+  void Bool(const std::string& name, bool& field, const std::string& help);
+  // "--name=BYTES" (ParseByteSize) into `field`; `zero_ok`: "0" is a value too.
+  void Bytes(const std::string& name, uint64_t& field, const std::string& help,
+             bool zero_ok = false);
+  // "--name=N", 1..max, into `field`.
+  void Count(const std::string& name, uint64_t& field, uint64_t max, const std::string& help);
+
+  CLI::App app_;
+};
+
+void FlagTable::Value(const std::string& name, const std::string& type, const std::string& help,
+                      ValueParser parse, bool empty_ok) {
+  CLI::Option* option = app_.add_option_function<std::string>(
+      "--" + name,
+      [name, parse = std::move(parse)](const std::string& value) {
+        if (Status s = parse(value); !s.ok()) throw CLI::ValidationError(s.message());
+      },
+      help);
+  option->type_name(type)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  if (empty_ok) option->expected(0, 1);
 }
 
-Status ApplyEnumFlag(std::string_view flag, std::string_view value, BenchOptions& out) {
-  if (flag == "mode") {
-    if (value == "target") {
-      out.mode = BenchMode::kTarget;
-    } else if (value == "initiator") {
-      out.mode = BenchMode::kInitiator;
-    } else {
-      return BadValue(flag, value, "target|initiator");
-    }
-  } else if (flag == "wait") {
-    if (value != "poll" && value != "block") return BadValue(flag, value, "poll|block");
-    out.wait_block = value == "block";
-  } else {  // operation
-    if (value == "read") {
-      out.operation = BenchOperation::kRead;
-    } else if (value == "write") {
-      out.operation = BenchOperation::kWrite;
-    } else {
-      return BadValue(flag, value, "read|write");
-    }
-  }
-  return Status::Ok();
+void FlagTable::Text(const std::string& name, std::string& field, const std::string& type,
+                     const std::string& help, bool empty_ok) {
+  Value(
+      name, type, help,
+      [name, &field, empty_ok](std::string_view value) {
+        if (value.empty() && !empty_ok) return BadValue(name, value, "a non-empty string");
+        field = std::string(value);
+        return Status::Ok();
+      },
+      empty_ok);
 }
 
-Status ApplyNumberFlag(std::string_view flag, std::string_view value, BenchOptions& out) {
-  if (flag == "rpc_port") {
-    const auto port = ParseUnsigned(value);
-    if (!port || *port > 65535) return BadValue(flag, value, "0..65535");
-    out.rpc_port = static_cast<uint16_t>(*port);
-    return Status::Ok();
-  }
-  if (flag == "target_addr") {
-    std::string_view hex = value;
-    if (hex.substr(0, 2) == "0x" || hex.substr(0, 2) == "0X") hex.remove_prefix(2);
-    const auto addr = ParseUnsigned(hex, 16);
-    if (!addr || *addr == 0) return BadValue(flag, value, "a non-zero hex address");
-    out.target_addr = *addr;
-    return Status::Ok();
-  }
-  if (flag == "duration") {
-    double seconds = 0;
-    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seconds);
-    if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() ||
-        !std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
-      return BadValue(flag, value, "seconds > 0");
-    }
-    out.duration_s = seconds;
-    out.duration_given = true;
-    return Status::Ok();
-  }
-  if (flag == "cxl_window_size") {
-    if (value == "0") {
-      out.cxl_window_size = 0;
+void FlagTable::Bool(const std::string& name, bool& field, const std::string& help) {
+  app_.add_flag("--" + name, field, help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+void FlagTable::Bytes(const std::string& name, uint64_t& field, const std::string& help,
+                      bool zero_ok) {
+  Value(name, "BYTES", help, [name, &field, zero_ok](std::string_view value) {
+    if (zero_ok && value == "0") {
+      field = 0;
       return Status::Ok();
     }
-    return ParseSizeFlag(flag, value, out.cxl_window_size);
-  }
-  if (flag == "block_size") return ParseSizeFlag(flag, value, out.block_size);
-  if (flag == "buffer_size") return ParseSizeFlag(flag, value, out.buffer_size);
-  if (flag == "slice_size") return ParseSizeFlag(flag, value, out.slice_size);
-  if (flag == "batch_size") return ParseCount(flag, value, 1 << 16, out.batch_size);
-  if (flag == "threads") return ParseCount(flag, value, 1024, out.threads);
-  if (flag == "inflight") return ParseCount(flag, value, 1024, out.inflight);
-  if (flag == "working_set") {
-    if (value == "0") {
-      out.working_set = 0;
-      return Status::Ok();
-    }
-    return ParseSizeFlag(flag, value, out.working_set);
-  }
-  return InvalidArgumentError("unknown flag '--" + std::string(flag) + "'");
-}
-
-// Applies one "--flag=value" to `out`. `has_value` is false for a bare "--flag".
-Status ApplyFlag(std::string_view flag, std::string_view value, bool has_value, BenchOptions& out) {
-  if (flag == "check" || flag == "json" || flag == "managed" || flag == "tcp_payload_checksum" ||
-      flag == "take_over_name") {
-    const auto on = has_value ? ParseBool(value) : std::optional<bool>(true);
-    if (!on) return BadValue(flag, value, "true|false");
-    (flag == "check"                  ? out.check
-     : flag == "json"                 ? out.json
-     : flag == "tcp_payload_checksum" ? out.tcp_payload_checksum
-     : flag == "take_over_name"       ? out.take_over_name
-                                      : out.managed) = *on;
+    Result<uint64_t> bytes = ParseByteSize(value);
+    if (!bytes.ok()) return BadValue(name, value, "bytes, e.g. 4096, 64K, 4M, 1G");
+    field = *bytes;
     return Status::Ok();
-  }
-  if (!has_value) {
-    static constexpr std::string_view kValueFlags[] = {
-        "mode",           "operation",    "metadata_server", "local_server_name", "host",
-        "rpc_port",       "segment_id",   "target_addr",     "protocol",          "block_size",
-        "batch_size",     "threads",      "duration",        "buffer_size",       "host_id",
-        "rdma_provider",  "rdma_devices", "cxl_window",      "cxl_window_size",   "slice_size",
-        "advertise_host", "port_range",   "inflight",        "working_set",       "wait"};
-    const bool known =
-        std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
-    return InvalidArgumentError(known ? "flag --" + std::string(flag) + " needs =<value>"
-                                      : "unknown flag '--" + std::string(flag) + "'");
-  }
-  if (flag == "mode" || flag == "operation" || flag == "wait") {
-    return ApplyEnumFlag(flag, value, out);
-  }
-  static constexpr std::string_view kNonEmpty[] = {
-      "metadata_server", "host",         "segment_id", "protocol",       "host_id",
-      "rdma_provider",   "rdma_devices", "cxl_window", "advertise_host", "port_range"};
-  if (value.empty() &&
-      std::find(std::begin(kNonEmpty), std::end(kNonEmpty), flag) != std::end(kNonEmpty)) {
-    return BadValue(flag, value, "a non-empty string");
-  }
-  if (flag == "metadata_server") {
-    out.metadata_server = std::string(value);
-  } else if (flag == "local_server_name") {
-    out.local_server_name = std::string(value);
-  } else if (flag == "host") {
-    out.host = std::string(value);
-  } else if (flag == "advertise_host") {
-    out.advertise_host = std::string(value);
-  } else if (flag == "port_range") {
-    out.port_range = std::string(value);  // checked by the engine's init (one parser)
-  } else if (flag == "segment_id") {
-    out.segment_id = std::string(value);
-  } else if (flag == "protocol") {
-    out.protocol = std::string(value);
-  } else if (flag == "host_id") {
-    out.host_id = std::string(value);
-  } else if (flag == "rdma_provider") {
-    out.rdma_provider = std::string(value);
-  } else if (flag == "cxl_window") {
-    out.cxl_window = std::string(value);
-  } else if (flag == "rdma_devices") {
-    out.rdma_devices = SplitList(value);
-    if (std::find(out.rdma_devices.begin(), out.rdma_devices.end(), "") != out.rdma_devices.end()) {
-      return BadValue(flag, value, "device names separated by commas, e.g. mlx5_0,mlx5_1");
-    }
-  } else {
-    return ApplyNumberFlag(flag, value, out);
-  }
-  return Status::Ok();
+  });
 }
 
-// Checks --protocol against the other transport flags: names are non-empty and distinct, "auto"
-// stands alone, cxl comes with a window, and --managed with a transport that shares memory.
-Status ValidateTransports(const BenchOptions& o) {
-  const std::vector<std::string> names = SplitList(o.protocol);
+void FlagTable::Count(const std::string& name, uint64_t& field, uint64_t max,
+                      const std::string& help) {
+  Value(name, "N", help, [name, &field, max](std::string_view value) {
+    const auto n = ParseUnsigned(value);
+    if (!n || *n == 0 || *n > max) return BadValue(name, value, "1.." + std::to_string(max));
+    field = *n;
+    return Status::Ok();
+  });
+}
+
+// A parser choosing one of `choices` by name.
+template <typename T>
+ValueParser Choice(const std::string& name, T& field,
+                   std::vector<std::pair<std::string, T>> choices) {
+  return [name, &field, choices = std::move(choices)](std::string_view value) {
+    std::string want;
+    for (const auto& [text, choice] : choices) {
+      if (value == text) {
+        field = choice;
+        return Status::Ok();
+      }
+      want += (want.empty() ? "" : "|") + text;
+    }
+    return BadValue(name, value, want);
+  };
+}
+
+FlagTable::FlagTable(BenchOptions& o)
+    : app_(
+          R"(Measures ferry transfers between two processes, as Mooncake's
+transfer_engine_bench does.
+
+  target:     ferry-bench --mode=target [--check]
+              registers --buffer_size bytes and prints, once reachable:
+                ready segment=<name> addr=<hex address> len=<bytes> protocol=<p> managed=0|1
+              then serves until SIGINT/SIGTERM (or --duration, when given).
+  initiator:  ferry-bench --mode=initiator --segment_id=<name> [--target_addr=<hex>] [flags]
+              runs --threads threads for --duration seconds; each submits batches of
+              --batch_size blocks of --block_size bytes to its own slices of the target's
+              buffer, keeping --inflight batches in flight (1: waits for each whole batch).
+              On a terminal (stderr), a progress line (GB/s, ops/s, errors) once a second.
+  sweep:      ferry-bench --mode=initiator --segment_id=<name> --sweep [--csv=FILE] [flags]
+              one initiator run per block size (and thread count, protocol, operation), each
+              after the raw baseline of its transport, as CSV (bench/sweep.sh, bench/plot.sh).
+
+Flags take "--name=value" (or "--name value"; one leading dash works too).
+)",
+          "ferry-bench") {
+  app_.set_help_flag("-h,--help", "print this and exit");
+  app_.get_formatter()->column_width(30);
+  app_.footer(
+      R"(The initiator exits 1 when a task failed or --check found a mismatch, 2 on bad flags.
+Latency is per batch, from submit until the initiator saw every task of the batch done
+(see --wait).)");
+
+  Value("mode", "target|initiator", "(default initiator)",
+        Choice<BenchMode>("mode", o.mode,
+                          {{"target", BenchMode::kTarget}, {"initiator", BenchMode::kInitiator}}));
+  Text("metadata_server", o.metadata_server, "CONN",
+       "P2PHANDSHAKE, etcd://h:p, redis://h:p, http://h:p/metadata\n(default P2PHANDSHAKE)");
+  Text("local_server_name", o.local_server_name, "NAME",
+       "this engine's segment name (default: <host>:<rpc_port>)", /*empty_ok=*/true);
+  Bool("take_over_name", o.take_over_name,
+       "take the name over even from a live engine holding it (default:\n"
+       "init fails naming the holder; a dead holder is taken over anyway)");
+  Text("host", o.host, "ADDR",
+       "address this engine listens on (default 127.0.0.1; 0.0.0.0 or\n"
+       ":: listens on every interface)");
+  Text("advertise_host", o.advertise_host, "ADDR",
+       "address peers are told (segment name, RPC and transport\n"
+       "endpoints); default: --host, or for a wildcard --host the\n"
+       "address routing to the metadata server (FERRY_ADVERTISE_HOST)");
+  // Checked by the engine's init (one parser).
+  Text("port_range", o.port_range, "FIRST-LAST",
+       "every listener without an explicit port (RPC, tcp data, rdma\n"
+       "over tcp;ofi_rxm) binds a port of this range (FERRY_PORT_RANGE)");
+  Value("rpc_port", "N", "RPC port; 0 picks a free one (default 0)", [&o](std::string_view v) {
+    const auto port = ParseUnsigned(v);
+    if (!port || *port > 65535) return BadValue("rpc_port", v, "0..65535");
+    o.rpc_port = static_cast<uint16_t>(*port);
+    return Status::Ok();
+  });
+  Text("segment_id", o.segment_id, "NAME", "initiator: the target's segment name (its ready line)");
+  Value("target_addr", "HEX",
+        "initiator: the target buffer's address (its ready line)\n"
+        "(default: the first buffer the target's segment publishes,\n"
+        "from getSegmentBuffers, as Mooncake's bench does)",
+        [&o](std::string_view v) {
+          std::string_view hex = v;
+          if (hex.substr(0, 2) == "0x" || hex.substr(0, 2) == "0X") hex.remove_prefix(2);
+          const auto addr = ParseUnsigned(hex, 16);
+          if (!addr || *addr == 0) return BadValue("target_addr", v, "a non-zero hex address");
+          o.target_addr = *addr;
+          return Status::Ok();
+        });
+  Text("protocol", o.protocol, "NAME",
+       "transport(s) to install: tcp, shm, cxl, rdma, a comma list, or\n"
+       "auto (tcp + shm, + cxl with --cxl_window, + rdma when a NIC or\n"
+       "--rdma_provider is there) (default tcp). Exactly one name also\n"
+       "makes every request ask for that transport (TransferRequest::\n"
+       "transport); a list or auto lets the engine choose.");
+  Text("host_id", o.host_id, "ID",
+       "this engine's host identity: engines with different ids never\n"
+       "use same-host transports between them (default: detected)");
+  Text("rdma_provider", o.rdma_provider, "P",
+       "rdma: libfabric provider, e.g. \"verbs;ofi_rxm\" (default: probe)");
+  Value("rdma_devices", "a,b", "rdma: the NICs to use (default: all)", [&o](std::string_view v) {
+    o.rdma_devices = SplitList(v);
+    if (std::find(o.rdma_devices.begin(), o.rdma_devices.end(), "") != o.rdma_devices.end()) {
+      return BadValue("rdma_devices", v, "device names separated by commas, e.g. mlx5_0,mlx5_1");
+    }
+    return Status::Ok();
+  });
+  Text("cxl_window", o.cxl_window, "PATH", "cxl: the shared window (DAX device or file) to map");
+  Bytes("cxl_window_size", o.cxl_window_size,
+        "cxl: bytes of the window to use (default 0: all of it)",
+        /*zero_ok=*/true);
+  Bool("managed", o.managed,
+       "allocate the buffer with allocateManagedBuffer (shareable memfd\n"
+       "memory; in the cxl window with --cxl_window) instead of plain\n"
+       "pages: the target's buffer, and the initiator's local one");
+  Value(
+      "operation", "read|write", "(default write)",
+      Choice<BenchOperation>("operation", o.operation,
+                             {{"read", BenchOperation::kRead}, {"write", BenchOperation::kWrite}}));
+  Bytes("block_size", o.block_size, "bytes per request; K/M/G suffixes (default 64K)");
+  Count("batch_size", o.batch_size, 1 << 16, "requests per batch (default 32)");
+  Count("threads", o.threads, 1024, "initiator threads (default 1)");
+  Count("inflight", o.inflight, 1024,
+        "batches each thread keeps in flight: it submits the next as\n"
+        "soon as one ends, each into its own slices (default 1: submit,\n"
+        "wait for the whole batch, repeat). --batch_size=1 --inflight=1\n"
+        "is the latency mode: p50/p99/mean of one block's write or read");
+  Value("wait", "poll|block",
+        "how a thread waits for its batches: poll getBatchTransferStatus\n"
+        "(yield for 50 us, then sleep 20 us between polls; default), or\n"
+        "block in waitBatch on the oldest open batch",
+        Choice<bool>("wait", o.wait_block, {{"poll", false}, {"block", true}}));
+  Bytes("working_set", o.working_set,
+        "bytes the batches cycle through, in both buffers (default 0:\n"
+        "each in-flight batch reuses one slice of batch_size*block_size,\n"
+        "cache-hot for small blocks); rounded down to a multiple of\n"
+        "threads*inflight*batch_size*block_size. Pass the same value the\n"
+        "memcpy baseline reports to compare with it out of cache",
+        /*zero_ok=*/true);
+  Value("duration", "SECONDS", "initiator run time (default 5); target: serve this long",
+        [&o](std::string_view v) {
+          double seconds = 0;
+          auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
+          if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() ||
+              !std::isfinite(seconds) || seconds <= 0 || seconds > 1e7) {
+            return BadValue("duration", v, "seconds > 0");
+          }
+          o.duration_s = seconds;
+          o.duration_given = true;
+          return Status::Ok();
+        });
+  Bytes("buffer_size", o.buffer_size,
+        "registered bytes (default max(256M, the working set:\n"
+        "threads*inflight*batch*block, or --working_set))");
+  Bytes("slice_size", o.slice_size,
+        "the engine cuts requests into slices of at most this\n"
+        "(EngineOptions::slice_size; unset or 0: the carrying\n"
+        "transport's preference, 256K, or 4M for rdma on a\n"
+        "software provider)");
+  Bool("tcp_payload_checksum", o.tcp_payload_checksum,
+       "=false: tcp sends payloads without their CRC32C (headers keep\n"
+       "theirs; EngineOptions::tcp_payload_checksum, default true)");
+  Bool("check", o.check,
+       "target: fill the buffer with the read pattern.\n"
+       "initiator read: verify every block read (against a target\n"
+       "started with --check, before any write ran against it).\n"
+       "initiator write: write a fresh pattern, read it back into a\n"
+       "second buffer at the end and compare every byte.");
+  Bool("json", o.json,
+       "initiator: print one JSON line instead of the summary; its\n"
+       "\"transport\" names what carried the tasks (\"shm\", \"tcp\", or\n"
+       "several joined by '+'), sampled from one task per batch");
+  Bool("sweep", o.sweep,
+       "initiator: one run per point of the --sweep_* lists, each\n"
+       "after its transport's raw baseline (tcp: one loopback stream,\n"
+       "shm: process_vm_writev/readv, or memcpy with --managed), as\n"
+       "CSV: protocol,operation,block_size,threads,batch_size,inflight,\n"
+       "gbps,ops_per_s,p50_us,p99_us,raw_baseline,raw_gbps,raw_p99_us,\n"
+       "ratio,transport,errors");
+  Value("sweep_block_sizes", "LIST", "--sweep: block sizes (default 4K,16K,64K,256K,1M,4M)",
+        [&o](std::string_view v) {
+          o.sweep_block_sizes.clear();
+          for (const std::string& item : SplitList(v)) {
+            Result<uint64_t> bytes = ParseByteSize(item);
+            if (!bytes.ok()) return BadValue("sweep_block_sizes", v, "byte sizes, e.g. 4K,64K,1M");
+            o.sweep_block_sizes.push_back(*bytes);
+          }
+          return Status::Ok();
+        });
+  Value("sweep_threads", "LIST", "--sweep: thread counts, e.g. 1,2 (default: --threads)",
+        [&o](std::string_view v) {
+          o.sweep_threads.clear();
+          for (const std::string& item : SplitList(v)) {
+            const auto n = ParseUnsigned(item);
+            if (!n || *n == 0 || *n > 1024) return BadValue("sweep_threads", v, "counts 1..1024");
+            o.sweep_threads.push_back(*n);
+          }
+          return Status::Ok();
+        });
+  Value("sweep_protocols", "LIST",
+        "--sweep: one series per transport, e.g. tcp,shm, each run with\n"
+        "only that transport installed (default: --protocol)",
+        [&o](std::string_view v) {
+          o.sweep_protocols = SplitList(v);
+          return Status::Ok();  // checked with the other transport flags
+        });
+  Value("sweep_operations", "LIST", "--sweep: write, read or write,read (default: --operation)",
+        [&o](std::string_view v) {
+          o.sweep_operations.clear();
+          for (const std::string& item : SplitList(v)) {
+            BenchOperation op{};
+            RETURN_IF_ERROR(Choice<BenchOperation>(
+                "sweep_operations", op,
+                {{"read", BenchOperation::kRead}, {"write", BenchOperation::kWrite}})(item));
+            o.sweep_operations.push_back(op);
+          }
+          return Status::Ok();
+        });
+  Text("csv", o.csv, "FILE", "--sweep: write the CSV here (default: stdout)");
+  Text("raw_baselines", o.raw_baselines, "DIR|none",
+       "--sweep: the folder holding ferry-raw-tcp-baseline and\n"
+       "ferry-raw-shm-baseline (default: ferry-bench's own folder);\n"
+       "none: measure no raw baseline");
+}
+
+// Checks `protocol` (a --protocol value) against the other transport flags: names are non-empty
+// and distinct, "auto" stands alone, cxl comes with a window, and --managed with a transport
+// that shares memory. `flag` names where the value came from.
+Status ValidateTransports(const BenchOptions& o, const std::string& protocol,
+                          const std::string& flag) {
+  const std::vector<std::string> names = SplitList(protocol);
   auto named = [&](std::string_view name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i].empty() || std::find(names.begin() + static_cast<ptrdiff_t>(i) + 1, names.end(),
                                       names[i]) != names.end()) {
-      return BadValue("protocol", o.protocol, "distinct transport names, e.g. tcp,shm");
+      return BadValue(flag, protocol, "distinct transport names, e.g. tcp,shm");
     }
   }
   const bool automatic = named("auto");
-  if (automatic && names.size() > 1) return BadValue("protocol", o.protocol, "auto stands alone");
+  if (automatic && names.size() > 1) return BadValue(flag, protocol, "auto stands alone");
   if (named("cxl") && o.cxl_window.empty()) {
-    return InvalidArgumentError("--protocol=" + o.protocol + " needs --cxl_window");
+    return InvalidArgumentError("--" + flag + "=" + protocol + " needs --cxl_window");
   }
   if (o.cxl_window_size != 0 && o.cxl_window.empty()) {
     return InvalidArgumentError("--cxl_window_size needs --cxl_window");
@@ -222,19 +373,14 @@ Status ValidateTransports(const BenchOptions& o) {
     if (!automatic && !named(needed)) {
       return InvalidArgumentError(
           std::string("--managed") + (o.cxl_window.empty() ? "" : " with --cxl_window") +
-          " needs the " + needed + " transport (--protocol=" + needed + " or auto)");
+          " needs the " + needed + " transport (--" + flag + "=" + needed + " or auto)");
     }
   }
   return Status::Ok();
 }
 
-// Checks the combination of flags; the single flags were checked as they were parsed.
-Status Validate(const BenchOptions& o) {
-  if (o.help) return Status::Ok();
-  RETURN_IF_ERROR(ValidateTransports(o));
-  if (o.mode == BenchMode::kInitiator) {
-    if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
-  }
+// Checks the sizes of one run: no product overflows, --buffer_size holds the working set.
+Status ValidateSizes(const BenchOptions& o) {
   // Each factor is at most 2^48 (block) or 2^16 (the counts), so no product below overflows.
   if (o.threads * o.inflight * o.batch_size > kMaxBytes / o.block_size) {
     return InvalidArgumentError("threads * inflight * batch_size * block_size is too large");
@@ -246,6 +392,48 @@ Status Validate(const BenchOptions& o) {
                                 std::to_string(o.WorkingSetBytes()));
   }
   return Status::Ok();
+}
+
+// Fills the sweep lists left unset from --protocol, --threads and --operation.
+void DefaultSweepLists(BenchOptions& o) {
+  if (o.sweep_threads.empty()) o.sweep_threads = {o.threads};
+  if (o.sweep_protocols.empty()) o.sweep_protocols = {o.protocol};
+  if (o.sweep_operations.empty()) o.sweep_operations = {o.operation};
+}
+
+// Checks the combination of flags; the single flags were checked as they were parsed.
+Status Validate(const BenchOptions& o) {
+  if (o.help) return Status::Ok();
+  if (o.mode == BenchMode::kInitiator) {
+    if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
+  }
+  if (!o.sweep) {
+    RETURN_IF_ERROR(ValidateTransports(o, o.protocol, "protocol"));
+    return ValidateSizes(o);
+  }
+  if (o.mode != BenchMode::kInitiator)
+    return InvalidArgumentError("--sweep needs --mode=initiator");
+  if (o.json) return InvalidArgumentError("--sweep writes CSV (--csv); --json is for one run");
+  if (o.check) return InvalidArgumentError("--sweep only measures; --check is for one run");
+  for (const std::string& protocol : o.sweep_protocols) {
+    if (protocol.find(',') != std::string::npos || protocol.empty()) {
+      return BadValue("sweep_protocols", protocol, "single transport names");
+    }
+    RETURN_IF_ERROR(ValidateTransports(o, protocol, "sweep_protocols"));
+  }
+  return ValidateSizes(o.LargestPoint());
+}
+
+// gflags accepts one leading dash as well as two: "-check" is "--check". CLI11 reads one dash as
+// a cluster of one-letter flags, so a single-dash word is given its second dash first.
+std::vector<std::string> WithDoubleDashes(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  out.reserve(args.size());
+  for (const std::string& arg : args) {
+    const bool single_dash_word = arg.size() > 2 && arg[0] == '-' && arg[1] != '-';
+    out.push_back(single_dash_word ? "-" + arg : arg);
+  }
+  return out;
 }
 
 }  // namespace
@@ -317,26 +505,42 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   return *number << shift;
 }
 
+BenchOptions BenchOptions::ForPoint(const std::string& point_protocol,
+                                    BenchOperation point_operation, uint64_t point_threads,
+                                    uint64_t point_block_size) const {
+  BenchOptions point = *this;
+  point.sweep = false;
+  point.protocol = point_protocol;
+  point.operation = point_operation;
+  point.threads = point_threads;
+  point.block_size = point_block_size;
+  return point;
+}
+
+BenchOptions BenchOptions::LargestPoint() const {
+  if (!sweep) return *this;
+  const auto max_of = [](const std::vector<uint64_t>& values, uint64_t fallback) {
+    return values.empty() ? fallback : *std::max_element(values.begin(), values.end());
+  };
+  return ForPoint(sweep_protocols.empty() ? protocol : sweep_protocols.front(),
+                  sweep_operations.empty() ? operation : sweep_operations.front(),
+                  max_of(sweep_threads, threads), max_of(sweep_block_sizes, block_size));
+}
+
 Result<BenchOptions> ParseBenchOptions(const std::vector<std::string>& args) {
   BenchOptions out;
-  for (const std::string& arg_string : args) {
-    std::string_view arg = arg_string;
-    if (arg == "--help" || arg == "-h" || arg == "-help") {
-      out.help = true;
-      continue;
-    }
-    if (arg.substr(0, 2) == "--") {
-      arg.remove_prefix(2);
-    } else if (arg.substr(0, 1) == "-") {
-      arg.remove_prefix(1);  // gflags accepts one dash too
-    } else {
-      return InvalidArgumentError("unexpected argument '" + arg_string + "'");
-    }
-    const size_t eq = arg.find('=');
-    const bool has_value = eq != std::string_view::npos;
-    RETURN_IF_ERROR(
-        ApplyFlag(arg.substr(0, eq), has_value ? arg.substr(eq + 1) : "", has_value, out));
+  FlagTable table(out);
+  std::vector<std::string> argv = WithDoubleDashes(args);
+  std::reverse(argv.begin(), argv.end());  // CLI11 takes the vector back to front
+  try {
+    table.app().parse(argv);
+  } catch (const CLI::CallForHelp&) {
+    out.help = true;
+    return out;
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgumentError(e.what());
   }
+  DefaultSweepLists(out);
   RETURN_IF_ERROR(Validate(out));
   return out;
 }
@@ -346,92 +550,9 @@ std::string_view OperationName(BenchOperation op) {
 }
 
 std::string BenchUsage() {
-  return R"(usage: ferry-bench --mode=target|initiator [flags]
-
-Measures ferry transfers between two processes, as Mooncake's transfer_engine_bench does.
-
-  target:     ferry-bench --mode=target [--check]
-              registers --buffer_size bytes and prints, once reachable:
-                ready segment=<name> addr=<hex address> len=<bytes> protocol=<p> managed=0|1
-              then serves until SIGINT/SIGTERM (or --duration, when given).
-  initiator:  ferry-bench --mode=initiator --segment_id=<name> [--target_addr=<hex>] [flags]
-              runs --threads threads for --duration seconds; each submits batches of
-              --batch_size blocks of --block_size bytes to its own slices of the target's
-              buffer, keeping --inflight batches in flight (1: waits for each whole batch).
-
-flags:
-  --mode=target|initiator     (default initiator)
-  --metadata_server=CONN      P2PHANDSHAKE, etcd://h:p, redis://h:p, http://h:p/metadata
-                              (default P2PHANDSHAKE)
-  --local_server_name=NAME    this engine's segment name (default: <host>:<rpc_port>)
-  --take_over_name            take the name over even from a live engine holding it (default:
-                              init fails naming the holder; a dead holder is taken over anyway)
-  --host=ADDR                 address this engine listens on (default 127.0.0.1; 0.0.0.0 or
-                              :: listens on every interface)
-  --advertise_host=ADDR       address peers are told (segment name, RPC and transport
-                              endpoints); default: --host, or for a wildcard --host the
-                              address routing to the metadata server (FERRY_ADVERTISE_HOST)
-  --port_range=FIRST-LAST     every listener without an explicit port (RPC, tcp data, rdma
-                              over tcp;ofi_rxm) binds a port of this range (FERRY_PORT_RANGE)
-  --rpc_port=N                RPC port; 0 picks a free one (default 0)
-  --segment_id=NAME           initiator: the target's segment name (its ready line)
-  --target_addr=HEX           initiator: the target buffer's address (its ready line)
-                              (default: the first buffer the target's segment publishes,
-                              from getSegmentBuffers, as Mooncake's bench does)
-  --protocol=NAME             transport(s) to install: tcp, shm, cxl, rdma, a comma list, or
-                              auto (tcp + shm, + cxl with --cxl_window, + rdma when a NIC or
-                              --rdma_provider is there) (default tcp). Exactly one name also
-                              makes every request ask for that transport (TransferRequest::
-                              transport); a list or auto lets the engine choose.
-  --host_id=ID                this engine's host identity: engines with different ids never
-                              use same-host transports between them (default: detected)
-  --rdma_provider=P           rdma: libfabric provider, e.g. "verbs;ofi_rxm" (default: probe)
-  --rdma_devices=a,b          rdma: the NICs to use (default: all)
-  --cxl_window=PATH           cxl: the shared window (DAX device or file) to map
-  --cxl_window_size=BYTES     cxl: bytes of the window to use (default 0: all of it)
-  --managed                   allocate the buffer with allocateManagedBuffer (shareable memfd
-                              memory; in the cxl window with --cxl_window) instead of plain
-                              pages: the target's buffer, and the initiator's local one
-  --operation=read|write      (default write)
-  --block_size=BYTES          bytes per request; K/M/G suffixes (default 64K)
-  --batch_size=N              requests per batch (default 32)
-  --threads=N                 initiator threads (default 1)
-  --inflight=N                batches each thread keeps in flight: it submits the next as
-                              soon as one ends, each into its own slices (default 1: submit,
-                              wait for the whole batch, repeat). --batch_size=1 --inflight=1
-                              is the latency mode: p50/p99/mean of one block's write or read
-  --wait=poll|block           how a thread waits for its batches: poll getBatchTransferStatus
-                              (yield for 50 us, then sleep 20 us between polls; default), or
-                              block in waitBatch on the oldest open batch
-  --working_set=BYTES         bytes the batches cycle through, in both buffers (default 0:
-                              each in-flight batch reuses one slice of batch_size*block_size,
-                              cache-hot for small blocks); rounded down to a multiple of
-                              threads*inflight*batch_size*block_size. Pass the same value the
-                              memcpy baseline reports to compare with it out of cache
-  --duration=SECONDS          initiator run time (default 5); target: serve this long
-  --buffer_size=BYTES         registered bytes (default max(256M, the working set:
-                              threads*inflight*batch*block, or --working_set))
-  --slice_size=BYTES          the engine cuts requests into slices of at most this
-                              (EngineOptions::slice_size; unset or 0: the carrying
-                              transport's preference, 256K, or 4M for rdma on a
-                              software provider)
-  --tcp_payload_checksum=false
-                              tcp: send payloads without their CRC32C (headers keep theirs;
-                              EngineOptions::tcp_payload_checksum, default true)
-  --check                     target: fill the buffer with the read pattern.
-                              initiator read: verify every block read (against a target
-                              started with --check, before any write ran against it).
-                              initiator write: write a fresh pattern, read it back into a
-                              second buffer at the end and compare every byte.
-  --json                      initiator: print one JSON line instead of the summary; its
-                              "transport" names what carried the tasks ("shm", "tcp", or
-                              several joined by '+'), sampled from one task per batch
-  --help
-
-The initiator exits 1 when a task failed or --check found a mismatch, 2 on bad flags.
-Latency is per batch, from submit until the initiator saw every task of the batch done
-(see --wait).
-)";
+  BenchOptions unused;
+  FlagTable table(unused);
+  return table.app().help();
 }
 
 }  // namespace ferry::bench

@@ -1,6 +1,7 @@
-// Command-line options of ferry-bench, parsed once at the edge (STYLE.md 12). Flags are
-// gflags-style ("--name=value"; booleans also as "--name"), as in Mooncake's
-// transfer_engine_bench.
+// Command-line options of ferry-bench, parsed once at the edge (STYLE.md 12) with CLI11. Flags
+// are gflags-style, as in Mooncake's transfer_engine_bench: "--name=value" (or "--name value"),
+// booleans also as a bare "--name", one leading dash accepted as well as two ("-check"), and the
+// last of a repeated flag wins (bench scripts append overrides to a base command line).
 //
 // Thread contract: value type and pure functions; safe from any thread.
 #pragma once
@@ -73,6 +74,24 @@ struct BenchOptions {
   bool tcp_payload_checksum = true;  // EngineOptions::tcp_payload_checksum
   bool help = false;
 
+  // --sweep (initiator): instead of one run, one measured run per point of sweep_protocols x
+  // sweep_threads x sweep_block_sizes x sweep_operations, each next to the raw baseline of its
+  // transport measured just before it, written as CSV to --csv (stdout when empty). See
+  // RunSweep (bench_modes.h). After parsing, the lists are never empty: an unset list holds the
+  // single value of --protocol, --threads or --operation.
+  bool sweep = false;
+  std::vector<uint64_t> sweep_block_sizes = {uint64_t{4} << 10,  uint64_t{16} << 10,
+                                             uint64_t{64} << 10, uint64_t{256} << 10,
+                                             uint64_t{1} << 20,  uint64_t{4} << 20};
+  std::vector<uint64_t> sweep_threads;
+  std::vector<std::string> sweep_protocols;  // each a single transport name, or "auto"
+  std::vector<BenchOperation> sweep_operations;
+  std::string csv;  // --csv=FILE
+  // Where the sweep finds ferry-raw-tcp-baseline and ferry-raw-shm-baseline: empty (the
+  // default) is the folder ferry-bench runs from (build/bin holds them all); "none" measures no
+  // raw baseline (its CSV columns stay empty).
+  std::string raw_baselines;
+
   // Bytes one batch spans: batch_size * block_size (one "slice" of the working set).
   uint64_t SliceBytes() const { return batch_size * block_size; }
   // Batch positions of the run: threads * inflight. Position p = t * inflight + k is thread t's
@@ -96,10 +115,18 @@ struct BenchOptions {
   std::string TransportHint() const;
   // The allocateManagedBuffer location --managed uses: "cxl" with --cxl_window, else "cpu".
   std::string ManagedLocation() const { return cxl_window.empty() ? "cpu" : "cxl"; }
+  // One point of a sweep: these options with --protocol, --operation, --threads and
+  // --block_size replaced, and sweep off.
+  BenchOptions ForPoint(const std::string& point_protocol, BenchOperation point_operation,
+                        uint64_t point_threads, uint64_t point_block_size) const;
+  // The sweep's point with the largest working set (the largest block and thread counts; the
+  // first protocol and operation): what the buffers must hold. Without --sweep, a copy.
+  BenchOptions LargestPoint() const;
 };
 
 // Parses argv[1..]. Errors: InvalidArgument naming the flag (unknown flag, missing or bad value,
-// a combination that cannot run, e.g. an initiator without --segment_id).
+// a combination that cannot run, e.g. an initiator without --segment_id). --help (-h, -help)
+// sets help and skips the checks of the combination.
 Result<BenchOptions> ParseBenchOptions(const std::vector<std::string>& args);
 
 // "4096", "64K", "1M", "2G" (binary multiples; "KiB"/"MiB"/"GiB" and lower case also accepted).
@@ -110,7 +137,7 @@ Result<uint64_t> ParseByteSize(std::string_view text);
 // rdma and cxl settings; every other field keeps its EngineOptions default.
 EngineOptions MakeEngineOptions(const BenchOptions& options);
 
-// The --help text.
+// The --help text (CLI11's, from the same flag table the parser uses).
 std::string BenchUsage();
 
 std::string_view OperationName(BenchOperation op);

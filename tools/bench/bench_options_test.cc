@@ -2,12 +2,18 @@
 #include "bench/bench_options.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "bench/bench_report.h"
 #include "bench/pattern.h"
+#include "bench/raw_baseline_runner.h"
 
 namespace ferry::bench {
 namespace {
@@ -277,6 +283,141 @@ TEST(BenchOptionsTest, WorkingSetRingsTileWithoutOverlap) {
   }
 }
 
+TEST(BenchOptionsTest, LastOfARepeatedFlagWinsAndSpacedValuesWork) {
+  // The bench scripts append overrides to a base command line (start_target --protocol=shm).
+  Result<BenchOptions> o =
+      Parse({"--mode=target", "--protocol=tcp", "--host=127.0.0.2", "--protocol=shm",
+             "--block_size", "4K", "--check=false", "--check", "--local_server_name="});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->protocol, "shm");
+  EXPECT_EQ(o->block_size, 4096u);
+  EXPECT_TRUE(o->check);
+  EXPECT_TRUE(o->local_server_name.empty());
+  // Errors name the flag.
+  Result<BenchOptions> bad = Parse({"--mode=target", "--block_size=lots"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--block_size"), std::string::npos) << bad.status();
+  bad = Parse({"--mode=target", "--nope=1"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--nope"), std::string::npos) << bad.status();
+}
+
+TEST(BenchOptionsTest, SweepListsDefaultToTheSingleRunFlags) {
+  Result<BenchOptions> o =
+      Parse({"--segment_id=x", "--sweep", "--protocol=shm", "--threads=2", "--operation=read"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->sweep);
+  EXPECT_EQ(o->sweep_protocols, std::vector<std::string>{"shm"});
+  EXPECT_EQ(o->sweep_threads, std::vector<uint64_t>{2});
+  EXPECT_EQ(o->sweep_operations, std::vector<BenchOperation>{BenchOperation::kRead});
+  EXPECT_EQ(o->sweep_block_sizes,
+            (std::vector<uint64_t>{4096, 16384, 65536, 262144, 1 << 20, 4 << 20}));
+  EXPECT_TRUE(o->csv.empty());
+  EXPECT_TRUE(o->raw_baselines.empty());
+
+  o = Parse({"--segment_id=x", "--sweep", "--sweep_protocols=tcp,shm", "--sweep_threads=1,2",
+             "--sweep_block_sizes=4K,1M", "--sweep_operations=write,read", "--csv=out.csv",
+             "--raw_baselines=none", "--inflight=4", "--batch_size=8"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->sweep_protocols, (std::vector<std::string>{"tcp", "shm"}));
+  EXPECT_EQ(o->sweep_threads, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(o->sweep_block_sizes, (std::vector<uint64_t>{4096, 1 << 20}));
+  EXPECT_EQ(o->sweep_operations,
+            (std::vector<BenchOperation>{BenchOperation::kWrite, BenchOperation::kRead}));
+  EXPECT_EQ(o->csv, "out.csv");
+  EXPECT_EQ(o->raw_baselines, "none");
+  // The buffers are sized for the largest point: 2 threads * 4 in flight * 8 blocks of 1M.
+  const BenchOptions largest = o->LargestPoint();
+  EXPECT_EQ(largest.WorkingSetBytes(), uint64_t{64} << 20);
+  EXPECT_EQ(largest.protocol, "tcp");
+  const BenchOptions point = o->ForPoint("shm", BenchOperation::kRead, 1, 4096);
+  EXPECT_FALSE(point.sweep);
+  EXPECT_EQ(point.TransportHint(), "shm");
+  EXPECT_EQ(point.operation, BenchOperation::kRead);
+  EXPECT_EQ(point.SliceBytes(), 8u * 4096);
+
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--mode=target", "--sweep"},
+        {"--segment_id=x", "--sweep", "--json"},
+        {"--segment_id=x", "--sweep", "--check"},
+        {"--segment_id=x", "--sweep", "--sweep_block_sizes=4K,,1M"},
+        {"--segment_id=x", "--sweep", "--sweep_threads=0"},
+        {"--segment_id=x", "--sweep", "--sweep_operations=copy"},
+        {"--segment_id=x", "--sweep", "--sweep_protocols=tcp,tcp,"},
+        {"--segment_id=x", "--sweep", "--sweep_protocols=cxl"},  // no window
+        {"--segment_id=x", "--sweep", "--sweep_block_sizes=4M", "--buffer_size=64M",
+         "--inflight=4"},
+        {"--segment_id=x", "--sweep", "--csv="}}) {
+    Result<BenchOptions> r = Parse(bad);
+    EXPECT_FALSE(r.ok()) << bad.back();
+    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(BenchOptionsTest, EachSweepTransportHasItsRawBaseline) {
+  Result<BenchOptions> o = Parse({"--segment_id=x", "--sweep", "--batch_size=8", "--duration=2"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  std::optional<RawBaselineCommand> tcp =
+      RawBaselineFor(o->ForPoint("tcp", BenchOperation::kRead, 2, 65536));
+  ASSERT_TRUE(tcp.has_value());
+  EXPECT_EQ(tcp->name, "tcp-stream");
+  EXPECT_EQ(tcp->program, "ferry-raw-tcp-baseline");
+  EXPECT_EQ(tcp->args, (std::vector<std::string>{"--block_size=65536", "--duration=2.000000"}));
+  std::optional<RawBaselineCommand> shm =
+      RawBaselineFor(o->ForPoint("shm", BenchOperation::kRead, 2, 65536));
+  ASSERT_TRUE(shm.has_value());
+  EXPECT_EQ(shm->name, "shm-cma");
+  EXPECT_EQ(shm->args, (std::vector<std::string>{
+                           "--kind=cma", "--operation=read", "--block_size=65536", "--batch_size=8",
+                           "--threads=2", "--duration=2.000000", "--working_set=1048576"}));
+  BenchOptions managed = o->ForPoint("shm", BenchOperation::kWrite, 1, 4096);
+  managed.managed = true;
+  EXPECT_EQ(RawBaselineFor(managed)->name, "shm-memcpy");
+  EXPECT_FALSE(RawBaselineFor(o->ForPoint("rdma", BenchOperation::kWrite, 1, 4096)).has_value());
+  EXPECT_FALSE(RawBaselineFor(o->ForPoint("auto", BenchOperation::kWrite, 1, 4096)).has_value());
+}
+
+// RunRawBaseline against small programs standing in for a baseline's behaviours: one that
+// answers, one that fails, one missing, and one that prints its line, closes its stdout and
+// keeps running: it is killed at the timeout (not waited for), and the call says so.
+TEST(RawBaselineRunnerTest, ReadsTheLineAndBoundsTheChild) {
+  char folder_template[] = "/tmp/ferry-raw-runner-XXXXXX";
+  ASSERT_NE(mkdtemp(folder_template), nullptr);
+  const std::string folder = folder_template;
+  auto write_program = [&folder](const std::string& name, const std::string& body) {
+    const std::string path = folder + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "#!/bin/sh\n%s\n", body.c_str());
+    std::fclose(f);
+    ASSERT_EQ(chmod(path.c_str(), 0755), 0);
+  };
+  write_program("answers", R"(echo '{"gbps":1.5,"p99_us":7,"working_set":4096}')");
+  write_program("fails", "echo oops >&2; exit 3");
+  write_program("lingers", R"(echo '{"gbps":1.5}'; exec >&-; exec sleep 60)");
+
+  Result<RawPoint> ok = RunRawBaseline(folder, {"good", "answers", {}}, std::chrono::seconds(20));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->baseline, "good");
+  EXPECT_EQ(ok->gbps, 1.5);
+  EXPECT_EQ(ok->p99_us, 7);
+  EXPECT_EQ(ok->working_set, 4096u);
+  Result<RawPoint> failed = RunRawBaseline(folder, {"bad", "fails", {}}, std::chrono::seconds(20));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("exit status 3"), std::string::npos) << failed.status();
+  EXPECT_EQ(
+      RunRawBaseline(folder, {"none", "missing", {}}, std::chrono::seconds(20)).status().code(),
+      StatusCode::kNotFound);
+  const auto start = std::chrono::steady_clock::now();
+  Result<RawPoint> lingering =
+      RunRawBaseline(folder, {"slow", "lingers", {}}, std::chrono::milliseconds(300));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  ASSERT_FALSE(lingering.ok());
+  EXPECT_EQ(lingering.status().code(), StatusCode::kTimeout) << lingering.status();
+  for (const char* name : {"answers", "fails", "lingers"}) unlink((folder + "/" + name).c_str());
+  rmdir(folder.c_str());
+}
+
 TEST(ByteSizeTest, Suffixes) {
   EXPECT_EQ(*ParseByteSize("4096"), 4096u);
   EXPECT_EQ(*ParseByteSize("4k"), 4096u);
@@ -336,10 +477,46 @@ TEST(ReportTest, PercentilesAndJson) {
   EXPECT_NE(json.find("\"errors\":0"), std::string::npos);
   EXPECT_NE(json.find("\"inflight\":4,\"working_set\":131072,"), std::string::npos);
   EXPECT_NE(json.find("\"mean_us\":12.5"), std::string::npos);
+  r.retries = 3;
+  EXPECT_NE(
+      FormatJson(o, r).find("\"errors\":0,\"retries\":3,\"fallbacks\":0,\"stale_refreshes\":0,"
+                            "\"task_failures\":0}"),
+      std::string::npos)
+      << FormatJson(o, r);
   for (const char* key :
        {"batch_size", "threads", "bytes", "seconds", "ops_per_s", "p50_us", "p99_us"}) {
     EXPECT_NE(json.find("\"" + std::string(key) + "\":"), std::string::npos) << key;
   }
+}
+
+TEST(ReportTest, CsvRowsMatchTheHeader) {
+  EXPECT_EQ(CsvHeader(),
+            "protocol,operation,block_size,threads,batch_size,inflight,gbps,ops_per_s,p50_us,"
+            "p99_us,raw_baseline,raw_gbps,raw_p99_us,ratio,transport,errors");
+  BenchOptions o;
+  o.protocol = "shm";
+  o.operation = BenchOperation::kRead;
+  o.block_size = 65536;
+  o.threads = 2;
+  o.inflight = 4;
+  BenchResult r;
+  r.bytes = 3'000'000'000;
+  r.ops = 45776;
+  r.seconds = 1;
+  r.p50_us = 100;
+  r.p99_us = 250;
+  r.transport = "shm";
+  RawPoint raw{"shm-cma", 4.0, 200, 0};
+  EXPECT_EQ(FormatCsvRow(o, r, raw),
+            "shm,read,65536,2,32,4,3.000000,45776.0,100.0,250.0,shm-cma,4.000000,200.0,0.7500,"
+            "shm,0");
+  raw.p99_us = 0;  // the tcp stream measures no latency
+  EXPECT_NE(FormatCsvRow(o, r, raw).find(",250.0,shm-cma,4.000000,,0.7500,"), std::string::npos)
+      << FormatCsvRow(o, r, raw);
+  // No baseline: its four columns stay empty; the column count stays that of the header.
+  const std::string row = FormatCsvRow(o, r, RawPoint{});
+  EXPECT_NE(row.find(",250.0,,,,,shm,0"), std::string::npos) << row;
+  EXPECT_EQ(std::count(row.begin(), row.end(), ','), 15);
 }
 
 TEST(ReportTest, NamesTheTransportsThatCarriedTheTasks) {

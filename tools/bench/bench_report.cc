@@ -47,18 +47,22 @@ double Percentile(std::vector<double>& samples, double p) {
 }
 
 std::string FormatJson(const BenchOptions& o, const BenchResult& r) {
-  char numbers[640];
+  char numbers[768];
   std::snprintf(
       numbers, sizeof(numbers),
       "\"block_size\":%llu,\"batch_size\":%llu,\"threads\":%llu,\"inflight\":%llu,"
       "\"working_set\":%llu,\"bytes\":%llu,\"seconds\":%.6f,\"gbps\":%.6f,"
       "\"ops_per_s\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"mean_us\":%.1f,"
-      "\"errors\":%llu",
+      "\"errors\":%llu,\"retries\":%llu,\"fallbacks\":%llu,\"stale_refreshes\":%llu,"
+      "\"task_failures\":%llu",
       static_cast<unsigned long long>(o.block_size), static_cast<unsigned long long>(o.batch_size),
       static_cast<unsigned long long>(o.threads), static_cast<unsigned long long>(o.inflight),
       static_cast<unsigned long long>(r.working_set), static_cast<unsigned long long>(r.bytes),
       r.seconds, r.Gbps(), r.OpsPerSecond(), r.p50_us, r.p99_us, r.mean_us,
-      static_cast<unsigned long long>(r.errors));
+      static_cast<unsigned long long>(r.errors), static_cast<unsigned long long>(r.retries),
+      static_cast<unsigned long long>(r.fallbacks),
+      static_cast<unsigned long long>(r.stale_refreshes),
+      static_cast<unsigned long long>(r.task_failures));
   return "{\"operation\":" + JsonString(std::string(OperationName(o.operation))) +
          ",\"protocol\":" + JsonString(o.protocol) + ",\"transport\":" + JsonString(r.transport) +
          "," + numbers + "}";
@@ -81,6 +85,31 @@ std::string FormatSummary(const BenchOptions& o, const BenchResult& r) {
   std::string out = line;
   if (!r.first_error.empty()) out += "\n  first error: " + r.first_error;
   return out;
+}
+
+std::string CsvHeader() {
+  return "protocol,operation,block_size,threads,batch_size,inflight,gbps,ops_per_s,p50_us,"
+         "p99_us,raw_baseline,raw_gbps,raw_p99_us,ratio,transport,errors";
+}
+
+std::string FormatCsvRow(const BenchOptions& o, const BenchResult& r, const RawPoint& raw) {
+  char ferry[320];
+  std::snprintf(
+      ferry, sizeof(ferry), "%s,%s,%llu,%llu,%llu,%llu,%.6f,%.1f,%.1f,%.1f,", o.protocol.c_str(),
+      std::string(OperationName(o.operation)).c_str(),
+      static_cast<unsigned long long>(o.block_size), static_cast<unsigned long long>(o.threads),
+      static_cast<unsigned long long>(o.batch_size), static_cast<unsigned long long>(o.inflight),
+      r.Gbps(), r.OpsPerSecond(), r.p50_us, r.p99_us);
+  char baseline[160] = ",,,";
+  if (!raw.baseline.empty()) {
+    char p99[32] = "";
+    if (raw.p99_us > 0) std::snprintf(p99, sizeof(p99), "%.1f", raw.p99_us);
+    char ratio[32] = "";
+    if (raw.gbps > 0) std::snprintf(ratio, sizeof(ratio), "%.4f", r.Gbps() / raw.gbps);
+    std::snprintf(baseline, sizeof(baseline), "%s,%.6f,%s,%s", raw.baseline.c_str(), raw.gbps, p99,
+                  ratio);
+  }
+  return std::string(ferry) + baseline + "," + r.transport + "," + std::to_string(r.errors);
 }
 
 }  // namespace ferry::bench

@@ -1,8 +1,10 @@
-// ferry-bench --mode=initiator: the measured loop, the --check verification and the report.
+// ferry-bench --mode=initiator: the measured loop, the --check verification, the live progress
+// line, the report, and --sweep.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +20,8 @@
 #include "bench/bench_modes.h"
 #include "bench/bench_report.h"
 #include "bench/pattern.h"
+#include "bench/raw_baseline_runner.h"
+#include "ferry/metrics.h"
 #include "ferry/options.h"
 #include "ferry/transfer_engine.h"
 
@@ -32,7 +36,9 @@ using namespace std::chrono_literals;
 const std::chrono::milliseconds kBatchTimeout = EngineOptions{}.task_timeout + 10s;
 constexpr uint8_t kPoison = 0xa5;  // what a read block holds before the read lands (--check)
 
-// What the worker threads share. Thread contract: every member is safe from any thread.
+// What the worker threads share. The counters are relaxed atomics the workers add to once per
+// ended batch (no lock on the measured path); the progress line reads them.
+// Thread contract: every member is safe from any thread.
 class RunState {
  public:
   bool stopped() const { return stop_.load(std::memory_order_relaxed); }
@@ -42,17 +48,14 @@ class RunState {
 
   // Counts `count` errors, keeps the first reason, and stops the run.
   void Fail(uint64_t count, const std::string& reason) {
+    errors_.fetch_add(count, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      errors_ += count;
       if (first_error_.empty()) first_error_ = reason;
     }
     Stop();
   }
-  uint64_t errors() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return errors_;
-  }
+  uint64_t errors() const { return errors_.load(std::memory_order_relaxed); }
   std::string first_error() {
     std::lock_guard<std::mutex> lock(mu_);
     return first_error_;
@@ -61,8 +64,8 @@ class RunState {
  private:
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ops_{0};
+  std::atomic<uint64_t> errors_{0};
   std::mutex mu_;
-  uint64_t errors_ = 0;      // guarded by mu_
   std::string first_error_;  // guarded by mu_
 };
 
@@ -339,11 +342,17 @@ Status VerifyWrites(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   return Status::Ok();
 }
 
-// Waits until the duration ran out, a stop signal came or the workers stopped; prints a live
-// progress line once a second when stdout is a terminal.
+// Whether the run shows the live progress line: only on a terminal (stderr), and never with
+// --json (whose reader wants one quiet line).
+bool ShowsProgress(const BenchOptions& o) { return !o.json && isatty(STDERR_FILENO) == 1; }
+
+// Waits until the duration ran out, a stop signal came or the workers stopped. With `progress`,
+// prints on stderr, once a second, "<label><t> s: <GB/s>, <ops/s>, <n> error(s)" (rates over
+// the last second, errors so far), overwriting the line in place (\r, erase to the end of the
+// line), and erases it at the end so that the summary starts on a clean line. It reads only
+// RunState's relaxed counters: the workers take no lock for it.
 void WaitForEnd(const BenchOptions& o, StopSignals& signals, RunState& state,
-                Clock::time_point start) {
-  const bool tty = isatty(STDOUT_FILENO) == 1;
+                Clock::time_point start, bool progress, const std::string& label) {
   const auto end = start + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(o.duration_s));
   auto last_print = start;
@@ -354,20 +363,24 @@ void WaitForEnd(const BenchOptions& o, StopSignals& signals, RunState& state,
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - now);
     if (signals.WaitFor(std::min<std::chrono::milliseconds>(100ms, left + 1ms))) break;
     const auto after = Clock::now();
-    if (tty && after - last_print >= 1s) {
+    if (progress && after - last_print >= 1s) {
       const double dt = std::chrono::duration<double>(after - last_print).count();
       const uint64_t ops = state.ops();
       const double rate = static_cast<double>(ops - last_ops) / dt;
-      std::printf("\r  %.0f s: %.3f GB/s, %.0f ops/s   ",
-                  std::chrono::duration<double>(after - start).count(),
-                  rate * static_cast<double>(o.block_size) / 1e9, rate);
-      std::fflush(stdout);
+      std::fprintf(stderr, "\r\033[K%s%.0f s: %.3f GB/s, %.0f ops/s, %llu error(s)", label.c_str(),
+                   std::chrono::duration<double>(after - start).count(),
+                   rate * static_cast<double>(o.block_size) / 1e9, rate,
+                   static_cast<unsigned long long>(state.errors()));
+      std::fflush(stderr);
       last_print = after;
       last_ops = ops;
     }
   }
   state.Stop();
-  if (tty && last_print != start) std::printf("\n");
+  if (progress && last_print != start) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
 }
 
 uint64_t FreshSeed() {
@@ -381,9 +394,10 @@ int Fail(const std::string& what, const Status& status) {
   return 1;
 }
 
-// Runs the threads and collects their counts and latencies into a BenchResult.
+// Runs the threads and collects their counts and latencies into a BenchResult. `label` starts
+// the progress line (ShowsProgress).
 BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId target, uint8_t* local,
-                    StopSignals& signals) {
+                    StopSignals& signals, const std::string& label = "  ") {
   RunState state;
   std::vector<WorkerResult> results(o.threads);
   std::vector<std::thread> threads;
@@ -407,12 +421,14 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
       }
     }
   }
+  const TransferSeries engine_before = engine.getMetrics().Total();
   const auto start = Clock::now();
   for (uint64_t t = 0; t < o.threads; ++t) {
     threads.emplace_back([&, t] { results[t] = Worker(engine, o, target, local, t, state); });
   }
-  WaitForEnd(o, signals, state, start);
+  WaitForEnd(o, signals, state, start, ShowsProgress(o), label);
   for (auto& thread : threads) thread.join();
+  const TransferSeries engine_after = engine.getMetrics().Total();
 
   BenchResult r;
   std::vector<double> latencies;
@@ -435,6 +451,10 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   r.working_set = o.WorkingSetBytes();
   r.errors = state.errors();
   r.first_error = state.first_error();
+  r.retries = engine_after.retries - engine_before.retries;
+  r.fallbacks = engine_after.fallbacks - engine_before.fallbacks;
+  r.stale_refreshes = engine_after.stale_refreshes - engine_before.stale_refreshes;
+  r.task_failures = engine_after.failures() - engine_before.failures();
   return r;
 }
 
@@ -460,33 +480,104 @@ Result<BenchOptions> WithTargetAddr(TransferEngine& engine, const BenchOptions& 
   return out;
 }
 
+// The initiator's side of a run or of a sweep's series: an engine (declared first: it outlives
+// the buffer registered with it), its local buffer, the target segment opened, and the options
+// with target_addr resolved (WithTargetAddr).
+// Thread contract: owned by the thread that opened it; the engine is shared by the workers.
+struct InitiatorSide {
+  TransferEngine engine;
+  std::unique_ptr<BenchBuffer> buffer;
+  SegmentId target = 0;
+  BenchOptions run;
+};
+
+// Starts `side`'s engine for `o`, allocates o.EffectiveBufferSize() bytes (filled with the
+// `seed` pattern over the working set for a --check write) and opens the target. Errors: the
+// failed step's, with the step named.
+Status OpenInitiator(const BenchOptions& o, uint64_t seed, InitiatorSide& side) {
+  RETURN_IF_ERROR(side.engine.init(MakeEngineOptions(o)).WithContext("init"));
+  Result<std::unique_ptr<BenchBuffer>> buffer =
+      BenchBuffer::Create(side.engine, o.EffectiveBufferSize(), o.managed, o.ManagedLocation());
+  if (!buffer.ok()) return buffer.status().WithContext("allocating the buffer");
+  side.buffer = std::move(*buffer);
+  if (o.check && o.operation == BenchOperation::kWrite) {
+    FillPattern(seed, 0, side.buffer->data(), o.WorkingSetBytes());
+  }
+  Result<SegmentId> target = side.engine.openSegment(o.segment_id);
+  if (!target.ok()) return target.status().WithContext("openSegment " + o.segment_id);
+  side.target = *target;
+  Result<BenchOptions> resolved = WithTargetAddr(side.engine, o, side.target);
+  if (!resolved.ok()) return resolved.status().WithContext("segment " + o.segment_id);
+  side.run = *resolved;
+  return Status::Ok();
+}
+
+// "4096" -> "4K", "1048576" -> "1M": a block size as the flags spell it.
+std::string SizeText(uint64_t bytes) {
+  if (bytes % (uint64_t{1} << 30) == 0) return std::to_string(bytes >> 30) + "G";
+  if (bytes % (uint64_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes % (uint64_t{1} << 10) == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+// The raw baselines of a sweep: runs each point's (RawBaselineFor) from one folder, reusing the
+// last result when the next point runs the very same command (the tcp stream ignores the
+// operation, so a write and a read point share one), and saying once per program when it is
+// missing. Thread contract: one thread.
+class RawBaselines {
+ public:
+  explicit RawBaselines(const BenchOptions& o)
+      : enabled_(o.raw_baselines != "none"),
+        folder_(o.raw_baselines.empty() ? ExecutableFolder() : o.raw_baselines) {}
+
+  // `point`'s baseline; an empty RawPoint (no baseline) when it has none or it failed (said on
+  // stderr).
+  RawPoint For(const BenchOptions& point) {
+    if (!enabled_) return {};
+    std::optional<RawBaselineCommand> command = RawBaselineFor(point);
+    if (!command) return {};
+    std::string key = command->program;
+    for (const std::string& arg : command->args) key += " " + arg;
+    if (key == last_key_) return last_;
+    if (std::find(missing_.begin(), missing_.end(), command->program) != missing_.end()) return {};
+    const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(point.duration_s) + 60s);
+    Result<RawPoint> raw = RunRawBaseline(folder_, *command, timeout);
+    if (!raw.ok()) {
+      if (raw.status().code() == StatusCode::kNotFound) missing_.push_back(command->program);
+      std::fprintf(stderr, "ferry-bench sweep: %s (its columns stay empty)\n",
+                   raw.status().ToString().c_str());
+      return {};
+    }
+    last_key_ = std::move(key);
+    last_ = *raw;
+    return last_;
+  }
+
+ private:
+  const bool enabled_;
+  const std::string folder_;
+  std::vector<std::string> missing_;  // programs found missing
+  std::string last_key_;              // the command of last_
+  RawPoint last_;
+};
+
 }  // namespace
 
 int RunInitiator(const BenchOptions& o, StopSignals& signals) {
-  TransferEngine engine;  // declared first: it outlives the buffer registered with it
-  if (Status s = engine.init(MakeEngineOptions(o)); !s.ok()) return Fail("init", s);
-  Result<std::unique_ptr<BenchBuffer>> buffer =
-      BenchBuffer::Create(engine, o.EffectiveBufferSize(), o.managed, o.ManagedLocation());
-  if (!buffer.ok()) return Fail("allocating the buffer", buffer.status());
-  BenchBuffer& memory = **buffer;
   const uint64_t seed = FreshSeed();
-  if (o.check && o.operation == BenchOperation::kWrite) {
-    FillPattern(seed, 0, memory.data(), o.WorkingSetBytes());
-  }
-  Result<SegmentId> target = engine.openSegment(o.segment_id);
-  if (!target.ok()) return Fail("openSegment " + o.segment_id, target.status());
-  Result<BenchOptions> resolved = WithTargetAddr(engine, o, *target);
-  if (!resolved.ok()) return Fail("segment " + o.segment_id, resolved.status());
-  const BenchOptions& run = *resolved;
+  InitiatorSide side;
+  if (Status s = OpenInitiator(o, seed, side); !s.ok()) return Fail("setting up", s);
+  const BenchOptions& run = side.run;
 
-  BenchResult result = Measure(engine, run, *target, memory.data(), signals);
+  BenchResult result = Measure(side.engine, run, side.target, side.buffer->data(), signals);
   if (run.check && run.operation == BenchOperation::kWrite && result.errors == 0) {
-    if (Status s = VerifyWrites(engine, run, *target, seed); !s.ok()) {
+    if (Status s = VerifyWrites(side.engine, run, side.target, seed); !s.ok()) {
       result.errors += 1;
       result.first_error = s.ToString();
     }
   }
-  memory.Release().IgnoreError();  // the process ends anyway
+  side.buffer->Release().IgnoreError();  // the process ends anyway
 
   if (o.json) {
     std::printf("%s\n", FormatJson(o, result).c_str());
@@ -499,6 +590,71 @@ int RunInitiator(const BenchOptions& o, StopSignals& signals) {
   }
   std::fflush(stdout);
   return result.errors == 0 ? 0 : 1;
+}
+
+int RunSweep(const BenchOptions& o, StopSignals& signals) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(nullptr, &std::fclose);
+  FILE* csv = stdout;
+  if (!o.csv.empty()) {
+    file.reset(std::fopen(o.csv.c_str(), "w"));
+    if (!file) {
+      std::fprintf(stderr, "ferry-bench sweep: cannot write --csv=%s: %s\n", o.csv.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
+    csv = file.get();
+  }
+  std::fprintf(csv, "%s\n", CsvHeader().c_str());
+  std::fflush(csv);
+  RawBaselines baselines(o);
+  int status = 0;
+  bool stopped = false;
+  for (const std::string& protocol : o.sweep_protocols) {
+    if (stopped) break;
+    BenchOptions series = o.LargestPoint();  // the buffers hold every point of the series
+    series.protocol = protocol;
+    InitiatorSide side;
+    if (Status s = OpenInitiator(series, /*seed=*/0, side); !s.ok()) {
+      status = Fail("--sweep_protocols " + protocol, s);
+      continue;
+    }
+    for (const uint64_t threads : o.sweep_threads) {
+      for (const uint64_t block : o.sweep_block_sizes) {
+        for (const BenchOperation op : o.sweep_operations) {
+          if (stopped) break;
+          BenchOptions point = o.ForPoint(protocol, op, threads, block);
+          point.target_addr = side.run.target_addr;
+          const RawPoint raw = baselines.For(point);
+          const std::string name = protocol + " " + std::string(OperationName(op)) + " " +
+                                   SizeText(block) + " x" + std::to_string(threads);
+          const BenchResult r =
+              Measure(side.engine, point, side.target, side.buffer->data(), signals, name + ": ");
+          std::fprintf(csv, "%s\n", FormatCsvRow(point, r, raw).c_str());
+          std::fflush(csv);
+          std::fprintf(stderr, "sweep: %s: %.3f GB/s, %.0f ops/s, p99 %.1f us", name.c_str(),
+                       r.Gbps(), r.OpsPerSecond(), r.p99_us);
+          if (!raw.baseline.empty() && raw.gbps > 0) {
+            std::fprintf(stderr, "; raw %s %.3f GB/s, ratio %.2f", raw.baseline.c_str(), raw.gbps,
+                         r.Gbps() / raw.gbps);
+          }
+          std::fprintf(stderr, "\n");
+          if (r.errors != 0) {
+            status = 1;
+            std::fprintf(stderr, "  %llu error(s); first: %s\n",
+                         static_cast<unsigned long long>(r.errors), r.first_error.c_str());
+          }
+          stopped = signals.WaitFor(0ms);  // a stop signal ends the sweep after this point
+        }
+      }
+    }
+    side.buffer->Release().IgnoreError();
+  }
+  if (file && std::fclose(file.release()) != 0) {
+    std::fprintf(stderr, "ferry-bench sweep: writing --csv=%s: %s\n", o.csv.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  return status;
 }
 
 }  // namespace ferry::bench

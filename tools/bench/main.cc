@@ -27,6 +27,6 @@ int main(int argc, char** argv) {
   // thread's) well past what they ask for; threads made from here on inherit the tighter slack.
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us; best effort
   StopSignals signals;  // before any thread starts, so every thread inherits the blocked mask
-  return options->mode == BenchMode::kTarget ? RunTarget(*options, signals)
-                                             : RunInitiator(*options, signals);
+  if (options->mode == BenchMode::kTarget) return RunTarget(*options, signals);
+  return options->sweep ? RunSweep(*options, signals) : RunInitiator(*options, signals);
 }

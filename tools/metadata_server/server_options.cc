@@ -1,5 +1,6 @@
 #include "metadata_server/server_options.h"
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <optional>
 #include <string_view>
@@ -21,7 +22,7 @@ Status BadValue(std::string_view flag, std::string_view value, std::string_view 
                               " (" + std::string(want) + ")");
 }
 
-// Applies one "--flag value" pair to `out`.
+// Checks one flag's value and applies it to `out`.
 Status ApplyFlag(std::string_view flag, std::string_view value, ServerOptions& out) {
   if (flag == "--bind") {
     if (value.empty()) return BadValue(flag, value, "an address");
@@ -52,7 +53,7 @@ Status ApplyFlag(std::string_view flag, std::string_view value, ServerOptions& o
       return BadValue(flag, value, "trace|debug|info|warn|error|off");
     out.log_level = std::string(value);
   } else {
-    return InvalidArgumentError("unknown flag '" + std::string(flag) + "'");
+    return InternalError("no check for flag '" + std::string(flag) + "'");
   }
   return Status::Ok();
 }
@@ -60,27 +61,50 @@ Status ApplyFlag(std::string_view flag, std::string_view value, ServerOptions& o
 }  // namespace
 
 Result<ServerOptions> ParseServerOptions(const std::vector<std::string>& args) {
+  // CLI11 reads the command line's shape (flag names, "--flag value" and "--flag=value", a
+  // missing value, an unknown flag or a stray word); each value is then checked by ApplyFlag,
+  // in this order, with the messages above. A flag given twice takes its last value.
+  CLI::App app("ferry-metadata-server", "ferry-metadata-server");
+  app.set_help_flag();  // --help is a flag like the others: main prints ServerUsage()
+  app.allow_extras();   // what CLI11 does not know is reported below, as before
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   ServerOptions out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string_view arg = args[i];
-    if (arg == "--help" || arg == "-h") {
-      out.help = true;
-      continue;
-    }
-    if (arg.substr(0, 2) != "--") {
-      return InvalidArgumentError("unexpected argument '" + std::string(arg) + "'");
-    }
-    std::string_view flag = arg;
-    std::string_view value;
-    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
+  app.add_flag("-h,--help", out.help);
+  static constexpr const char* kValueFlags[] = {"--bind",     "--port",     "--path",     "--data",
+                                                "--max-body", "--max-keys", "--log-level"};
+  std::vector<std::string> values(std::size(kValueFlags));
+  std::vector<CLI::Option*> options;
+  for (size_t i = 0; i < std::size(kValueFlags); ++i) {
+    options.push_back(app.add_option(kValueFlags[i], values[i]));
+  }
+  // CLI11 takes the words reversed. "--flag=value" goes in as "--flag" "value": CLI11 2.1 reads
+  // "--data=" as a --data without its value and takes the next word for it, where an empty
+  // value was meant ("--data=": memory only).
+  std::vector<std::string> reversed;
+  for (auto it = args.rbegin(); it != args.rend(); ++it) {
+    const size_t eq = it->find('=');
+    if (it->starts_with("--") && eq != std::string::npos) {
+      reversed.push_back(it->substr(eq + 1));
+      reversed.push_back(it->substr(0, eq));
     } else {
-      if (i + 1 >= args.size())
-        return InvalidArgumentError("flag " + std::string(arg) + " needs a value");
-      value = args[++i];
+      reversed.push_back(*it);
     }
-    RETURN_IF_ERROR(ApplyFlag(flag, value, out));
+  }
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ArgumentMismatch& e) {  // "--port: 1 required TEXT missing"
+    const std::string what = e.what();
+    return InvalidArgumentError("flag " + what.substr(0, what.find(':')) + " needs a value");
+  } catch (const CLI::ParseError& e) {
+    return InvalidArgumentError(e.what());
+  }
+  if (const std::vector<std::string> extras = app.remaining(); !extras.empty()) {
+    const std::string& first = extras.front();
+    if (first.starts_with("--")) return InvalidArgumentError("unknown flag '" + first + "'");
+    return InvalidArgumentError("unexpected argument '" + first + "'");
+  }
+  for (size_t i = 0; i < std::size(kValueFlags); ++i) {
+    if (options[i]->count() > 0) RETURN_IF_ERROR(ApplyFlag(kValueFlags[i], values[i], out));
   }
   return out;
 }

@@ -23,8 +23,9 @@ struct ServerOptions {
   bool help = false;                   // --help was given
 };
 
-// Parses argv[1..] ("--flag value" or "--flag=value"; a later flag overrides an earlier one).
-// Errors: InvalidArgument naming the flag (unknown flag, missing or out-of-range value).
+// Parses argv[1..] with CLI11 ("--flag value" or "--flag=value"; a later flag overrides an
+// earlier one). Errors: InvalidArgument naming the flag (unknown flag, missing or out-of-range
+// value) or the stray argument.
 Result<ServerOptions> ParseServerOptions(const std::vector<std::string>& args);
 
 // The --help text.
