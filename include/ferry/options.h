@@ -44,8 +44,9 @@ struct EngineOptions {
   // InvalidArgument for a malformed range. Empty: FERRY_PORT_RANGE when set, else the kernel
   // picks. (shm/cxl grant channels are unix sockets and take no port.)
   std::string port_range;
-  // Transports to install: names ("tcp", "shm", "cxl", "rdma") or {"auto"}: tcp and shm, plus
-  // cxl when cxl_window is set, plus rdma when rdma_provider is set or an RDMA NIC is found.
+  // Transports to install: names ("tcp", "shm", "cxl", "rdma", "file") or {"auto"}: tcp, shm
+  // and file (when io_uring works here), plus cxl when cxl_window is set, plus rdma when
+  // rdma_provider is set or an RDMA NIC is found.
   std::vector<std::string> transports = {"auto"};
   // Locality: engines on one running kernel that see each other's processes are one host, and
   // use same-host transports (shm, cxl) between them. A non-empty host_id replaces the detected
@@ -76,6 +77,11 @@ struct EngineOptions {
   // provider if one is found. rdma_devices narrows the NICs used (e.g. "mlx5_0").
   std::string rdma_provider;
   std::vector<std::string> rdma_devices;
+  // file (io_uring; file buffers, registerLocalFile): I/Os in flight at once (1..4096), and
+  // whether a request whose memory address, file offset and length meet the file's direct-I/O
+  // alignment goes O_DIRECT (else every request goes through the page cache).
+  uint32_t file_queue_depth = 64;
+  bool file_direct_io = true;
   // Every task ends by this deadline: COMPLETED, FAILED or TIMEOUT. A task reported TIMEOUT
   // (or FAILED) has nothing more land afterwards (see transfer_engine.h for what each
   // transport can promise).
@@ -142,6 +148,22 @@ struct EngineOptions {
   // thread at a time, so a frozen peer holds at most one; the pool grows on demand up to this
   // many and shrinks when idle.
   size_t worker_threads = 32;
+  // Metrics (include/ferry/metrics.h; always counted, read with TransferEngine::getMetrics()).
+  // A Prometheus endpoint serving them at http://<metrics_host>:<port>/metrics: -1 off (the
+  // default; FERRY_METRICS_PORT, when set, gives the port instead), 0 a free port
+  // (TransferEngine::metricsPort() says which), else that port. Init fails (Unavailable) when
+  // it cannot listen, e.g. when another engine of the process took the port FERRY_METRICS_PORT
+  // names (give each engine its own port). The figures are read from a snapshot at scrape
+  // time: serving costs the data path nothing.
+  int32_t metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
+  // Peer segments with a series of their own, per transport; later ones are counted together
+  // under the peer "other" (metrics.h kOtherPeer), so labels stay bounded. Must be > 0.
+  size_t metrics_max_peers = 64;
+  // Log threshold of the process's log facade ("trace", "debug", "info", "warn", "error",
+  // "off"), set by init(). Empty: FERRY_LOG_LEVEL when set, else warn. The level is one per
+  // process: the last engine to init() with a non-empty level sets it.
+  std::string log_level;
 };
 
 }  // namespace ferry

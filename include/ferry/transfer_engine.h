@@ -43,10 +43,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ferry/metrics.h"
 #include "ferry/options.h"
 #include "ferry/status.h"
 #include "ferry/types.h"
@@ -62,6 +64,10 @@ struct TransferRequest {
   // Empty: the selection policy chooses. Otherwise the only transport this request may use
   // ("tcp", "shm", ...); the request fails when that transport cannot reach the target.
   std::string transport{};
+  // A WRITE to a file buffer completes only after an fdatasync of its file that followed it
+  // (the sync writes of one submitTransfer call to one file share one fdatasync). Ignored for
+  // memory targets.
+  bool sync = false;
 };
 
 enum class TransferState : uint8_t { kWaiting, kPending, kCompleted, kFailed, kTimeout, kCanceled };
@@ -91,6 +97,10 @@ struct TransferStatus {
   // size of the transport its first attempt took), kept by every retry; 0 before it went to a
   // transport, and for requests that never do (own segment, zero length).
   uint64_t slice_size = 0;
+  // File buffers: how the file transport moved the bytes, "direct" (O_DIRECT: the request's
+  // memory address, file offset and length met the file's direct-I/O alignment), "buffered"
+  // (the page cache) or "direct+buffered" (slices went each way); empty for memory targets.
+  std::string file_io{};
   bool done() const { return state != TransferState::kWaiting && state != TransferState::kPending; }
 };
 
@@ -159,6 +169,26 @@ class TransferEngine {
   // Unregisters (as unregisterLocalMemory) and frees a buffer from allocateManagedBuffer.
   Status freeManagedBuffer(void* addr);
 
+  // File buffers (the "file" transport, io_uring). Registers the bytes [offset, offset + length)
+  // of the file or block device at `path` (opened read-write, or read-only when writing is
+  // refused) as a buffer of this segment and publishes it with the file's identity (device,
+  // inode, size) and a per-host path map: `host_paths` (host name -> the path of the same file
+  // on that host, for a volume several hosts mount), plus this host's name -> `path`.
+  // Returns the buffer's address: requests name file bytes as target_offset = address +
+  // (file offset - offset), on this engine's own segment (openSegment(localSegmentName())) or,
+  // from a peer that sees the file through the path map, on this segment. The address is
+  // never memory: it is refused as a request's local side. The window must lie inside the file
+  // (extend it first); InvalidArgument otherwise, NotFound / PermissionDenied when it cannot
+  // be opened, InvalidArgument when no installed transport carries file buffers. `location`:
+  // the memory kind published for the buffer ("cpu" or "cpu:<numa>" near the device).
+  Result<uint64_t> registerLocalFile(const std::string& path, uint64_t length, uint64_t offset = 0,
+                                     const std::map<std::string, std::string>& host_paths = {},
+                                     const std::string& location = "cpu");
+  // Unregisters it in the safe order (DESIGN.md): new requests fail Stale, the I/O in flight on
+  // it drains (bounded by the drain timeout: Timeout, and it stays closing), then the file is
+  // closed and the descriptor republished. NotFound when no file buffer starts at `addr`.
+  Status unregisterLocalFile(uint64_t addr);
+
   Result<SegmentId> openSegment(const std::string& name);
   // Forgets the cached descriptor and drops the engine's links to the segment (connections,
   // grant channels, mappings), released once no task in flight uses them. NotFound for an id
@@ -223,6 +253,12 @@ class TransferEngine {
   std::vector<NotifyMessage> getNotifies();
   // Busy when the target holds as many notifications as its caps allow.
   Status sendNotify(SegmentId target, const NotifyMessage& notify);
+
+  // What the engine has done since init() (include/ferry/metrics.h); empty before init().
+  // Cheap enough to call once a second: it copies counters, taking no lock the data path takes.
+  EngineMetrics getMetrics() const;
+  // The port of the Prometheus endpoint (EngineOptions::metrics_port); 0 when there is none.
+  uint16_t metricsPort() const;
 
  private:
   class Impl;

@@ -49,6 +49,19 @@ TransferStatus Task::Snapshot() {
   if (out.done()) out.ended_at = at(ended_at.load());
   out.retries = retries.load(std::memory_order_relaxed);
   out.slice_size = slice_size.load(std::memory_order_relaxed);
+  switch (file_io.load(std::memory_order_relaxed)) {
+    case kSliceIoDirect:
+      out.file_io = "direct";
+      break;
+    case kSliceIoBuffered:
+      out.file_io = "buffered";
+      break;
+    case kSliceIoDirect | kSliceIoBuffered:
+      out.file_io = "direct+buffered";
+      break;
+    default:
+      break;
+  }
   if (out.state != TransferState::kCompleted) {
     MutexLock lock(mu);
     out.reason = first_error;

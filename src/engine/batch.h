@@ -31,6 +31,7 @@
 namespace ferry::engine {
 
 struct Batch;
+struct SeriesCounters;
 
 struct Task {
   Batch* batch = nullptr;  // owner; outlives the task
@@ -67,8 +68,12 @@ struct Task {
   std::shared_ptr<Batch> keep_alive;
 
   std::atomic<Transport*> carrier{nullptr};  // `transport`, for status readers on other threads
+  // The metrics series of the current plan's (transport, peer) (engine_metrics.h), set with
+  // `transport`; null before the first plan chose one. Atomic: the deadline timer reads it.
+  std::atomic<SeriesCounters*> series{nullptr};
   std::atomic<bool> fallback_tried{false};   // another transport was tried after a failure
   std::atomic<uint32_t> retries{0};          // attempts after the first
+  std::atomic<uint8_t> file_io{0};  // Slice::io_path of its slices, or-ed (TransferStatus::file_io)
   // Set by cancelBatch. Cancel and submission meet through `canceled` and `slices_left` (both
   // seq_cst): a submitter stores slices_left, then reads canceled, and hands nothing over when
   // it is set; cancel stores canceled, then reads slices_left, and ends the task itself only

@@ -274,6 +274,10 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     if (!pin.ok()) return pin.status().WithContext("local buffer of the request");
     task->local_pin = std::move(pin).value();
   }
+  if (task->local_pin.is_file()) {
+    return InvalidArgumentError("the local side of a request must be memory, and " +
+                                std::to_string(local) + " lies in a file buffer");
+  }
   Result<SegmentHandle> target =
       may_block ? directory_->Get(r.target_id) : directory_->Cached(r.target_id);
   if (!may_block && target.status().code() == StatusCode::kUnavailable) {
@@ -283,7 +287,28 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
   if (!target.ok()) return target.status();
   task->desc = target->desc;
   const SegmentDesc& desc = *task->desc;
-  if (desc.name == name_ && desc.incarnation == incarnation_) return LocalCopy(task);
+  const BufferDesc* own_file = nullptr;  // a file buffer of this engine: not a memcpy
+  if (desc.name == name_ && desc.incarnation == incarnation_) {
+    own_file = desc.FindCovering(r.target_offset, r.length);
+    if (own_file != nullptr && !own_file->file.has_value()) own_file = nullptr;
+  }
+  if (desc.name == name_ && desc.incarnation == incarnation_ && own_file == nullptr) {
+    if (task->series.load(std::memory_order_relaxed) == nullptr) {
+      task->series.store(counters_->Series("local", name_), std::memory_order_relaxed);
+    }
+    bool file_target = false;
+    Status copied = LocalCopy(task, &file_target);
+    if (!file_target) return copied;
+    // A file buffer registered after this cached descriptor was made: refresh it once.
+    if (!may_block) {
+      *deferred = true;
+      return Status::Ok();
+    }
+    if (task->refreshed_for_missing_buffer) return copied;
+    task->refreshed_for_missing_buffer = true;
+    RETURN_IF_ERROR(directory_->Sync(desc.name));
+    return PlanTask(task, may_block, deferred);
+  }
 
   const BufferDesc* buffer = desc.FindCovering(r.target_offset, r.length);
   if (buffer == nullptr && !task->refreshed_for_missing_buffer) {
@@ -343,6 +368,11 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     }
     task->transport = transport;
     task->carrier.store(transport);
+    // The series lookup takes the counters' lock: once per task and transport, never per slice.
+    if (const engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed);
+        series == nullptr || series->transport != name) {
+      task->series.store(counters_->Series(name, desc.name), std::memory_order_relaxed);
+    }
     task->link = std::move(link).value();
     task->planned_incarnation = desc.incarnation;
     task->planned_generation = buffer->generation;
@@ -369,6 +399,7 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
       slice.remote_key = key;
       slice.deadline = task->deadline;
       slice.task = task;
+      slice.sync = r.sync;
       task->slices.push_back(slice);
     }
     return Status::Ok();
@@ -376,10 +407,15 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
   return last;
 }
 
-Status TransferEngine::Impl::LocalCopy(Task* task) {
+Status TransferEngine::Impl::LocalCopy(Task* task, bool* file_target) {
   const TransferRequest& r = task->request;
   // Checked even when empty: the target range must lie in one registered region.
   ASSIGN_OR_RETURN(PinGuard target, registry_->Pin(r.target_offset, r.length));
+  if (target.is_file()) {  // never memmove: the file transport carries it
+    *file_target = true;
+    return NotFoundError(
+        "the target is a file buffer of this engine that its cached descriptor does not show");
+  }
   if (r.length == 0) return Status::Ok();
   // The copy is a slice in flight for cancelBatch (see Task::canceled).
   task->slices_left.store(1);
@@ -397,6 +433,10 @@ Status TransferEngine::Impl::LocalCopy(Task* task) {
   }
   task->transferred.store(r.length);
   task->slices_left.store(0);
+  if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+    series->slices_handed.fetch_add(1, std::memory_order_relaxed);
+    series->RecordSlice(r.opcode, r.length, true);
+  }
   return Status::Ok();
 }
 
@@ -405,8 +445,9 @@ std::vector<std::string> TransferEngine::Impl::TransportsFor(const Task& task,
   std::vector<std::string> order = policy_->Order(buffer, candidates_, SameHost(*task.desc),
                                                   task.desc->name, task.request.transport);
   // Both sides must have registered their memory with it (the local region may lie outside a
-  // cxl window, say).
-  task.local_pin.RetainBound(&order);
+  // cxl window, say). A file transport registers no memory: it reaches the local side through
+  // the task's pin.
+  if (!buffer.file.has_value()) task.local_pin.RetainBound(&order);
   return order;
 }
 
@@ -473,6 +514,9 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
   for (Task* task : tasks) {
     task->slices_left.store(task->slices.size());
     backlog->deadline = std::min(backlog->deadline, task->deadline);
+    if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+      series->slices_handed.fetch_add(task->slices.size(), std::memory_order_relaxed);
+    }
   }
   // Counts first, then the cancel flags (Task::canceled): a canceled task's slices are
   // completed here, never handed over.
@@ -534,6 +578,11 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
 
 void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
   Task* task = static_cast<Task*>(slice->task);
+  if (slice->io_path != 0) task->file_io.fetch_or(slice->io_path, std::memory_order_relaxed);
+  // Lock-free and allocation-free (engine_metrics.h); before slices_left lets the task go.
+  if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+    series->RecordSlice(slice->op, slice->length, status.ok());
+  }
   if (status.ok()) {
     // Counted once per slice position: a retry re-sends every slice of the request.
     if (task->confirmed == nullptr) {  // a single slice (no allocation on the small-block path)
@@ -590,10 +639,13 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
     policy_->ReportFailure(transport, peer);
     links_.Drop(transport, peer, task->desc->incarnation);  // re-established on next use
   }
-  health_->ReportFailure(peer, error);
+  health_->ReportFailure(peer, error, transport);
   if (code == StatusCode::kStale) {
     // The target's identity changed under the plan: refresh the cache for the next request,
     // never retry this one.
+    if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+      series->stale_refreshes.fetch_add(1, std::memory_order_relaxed);
+    }
     if (health_->AllowRefresh(peer)) directory_->Invalidate(peer);
     ReleaseAttempt(task);
     EndTask(task, TransferState::kFailed, StaleReason(error, peer));
@@ -607,9 +659,15 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
   }
   if (TransportFailure(code) && before_deadline && task->retries.load() < kMaxRetries) {
     task->retries.fetch_add(1);
+    // Counted on the failed attempt's series (the retry may plan another transport), and only
+    // once the retry is on its way.
+    engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed);
     BatchPtr batch = task->batch->shared_from_this();
     Status posted = workers_->Post(peer, [this, batch, task, error] { RetryTask(task, error); });
-    if (posted.ok()) return;
+    if (posted.ok()) {
+      if (series != nullptr) series->retries.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     error = error.WithContext(posted.message());
   }
   ReleaseAttempt(task);
@@ -630,7 +688,12 @@ void TransferEngine::Impl::RetryTask(Task* task, Status error) {
     // re-aimed); an unreachable store leaves the cached descriptor, and the plan below decides.
     directory_->Sync(peer).IgnoreError();
   }
-  if (can_fall_back) task->fallback_tried.store(true);
+  if (can_fall_back) {
+    task->fallback_tried.store(true);
+    if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+      series->fallbacks.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   if (PlanOrEnd(task, /*may_block=*/true) != Plan::kReady) return;
   task->keep_alive = task->batch->shared_from_this();
   SubmitSlices(std::span<Task* const>(&task, 1));
@@ -643,7 +706,22 @@ void TransferEngine::Impl::ReleaseAttempt(Task* task) {
 
 void TransferEngine::Impl::EndTask(Task* task, TransferState state, const Status& reason) {
   bool last = false;
-  if (task->Finish(state, reason, clock_->Now(), &last) && last) AfterBatchEnded(task->batch);
+  const Clock::TimePoint now = clock_->Now();
+  if (!task->Finish(state, reason, now, &last)) return;
+  // Every caller holds the batch (so the task) alive through this call.
+  engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed);
+  if (series == nullptr) {  // ended before a plan chose a transport (a failure path)
+    // A segment id this engine does not know gets no label of its own (never "#<id>"): ids
+    // are the caller's, and labels stay names of segments.
+    Result<std::string> peer = directory_->Name(task->request.target_id);
+    series = counters_->Series(kNoTransport, peer.ok() ? std::string_view(*peer) : kOtherPeer);
+  }
+  const StatusCode code = state == TransferState::kCompleted ? StatusCode::kOk
+                          : reason.ok()                      ? StatusCode::kInternal
+                                                             : reason.code();
+  series->RecordTaskEnd(code,
+                        now - Clock::TimePoint(Clock::TimePoint::duration(task->submitted_at)));
+  if (last) AfterBatchEnded(task->batch);
 }
 
 void TransferEngine::Impl::AfterBatchEnded(Batch* batch) {
@@ -679,6 +757,7 @@ void TransferEngine::Impl::AfterBatchEnded(Batch* batch) {
     }
   });
   if (!posted.ok()) {
+    counters_->notifications().send_failures.fetch_add(1, std::memory_order_relaxed);
     health_->ReportFailure(peer, posted.WithContext("notification after batch " + std::to_string(id)));
   }
 }

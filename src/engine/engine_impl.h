@@ -8,6 +8,9 @@
 //   NotificationBox  received notifications, capped                       (notification_box.h)
 //   PeerHealth       bounded failure logs, descriptor refresh backoff     (peer_health.h)
 //   EngineRpc        the RPC handlers this engine answers                 (engine_rpc.cc)
+//   EngineCounters   metrics, lock-free on the data path (getMetrics)     (engine_metrics.h)
+//   InstrumentedStore  counts the metadata store's calls                  (instrumented_store.h)
+//   MetricsExporter  the optional Prometheus endpoint                     (metrics_exporter.h)
 //
 // Isolation: no call on a peer (store fetch, connect, RPC) runs on the caller of
 // submitTransfer or on the timer thread; such work goes to the peer's queue in PeerWorkers, so
@@ -32,7 +35,9 @@
 #include "engine/batch.h"
 #include "engine/batch_table.h"
 #include "engine/deadline_timer.h"
+#include "engine/engine_metrics.h"
 #include "engine/link_cache.h"
+#include "engine/metrics_exporter.h"
 #include "engine/notification_box.h"
 #include "engine/peer_health.h"
 #include "engine/peer_workers.h"
@@ -67,6 +72,11 @@ class TransferEngine::Impl final : public TransportContext {
   Status CheckOverlap(void* addr, size_t length);
   Result<void*> AllocateManaged(size_t length, const std::string& location);
   Status FreeManaged(void* addr);
+  // File buffers (file_buffers.cc).
+  Result<uint64_t> RegisterFile(const std::string& path, uint64_t length, uint64_t offset,
+                                const std::map<std::string, std::string>& host_paths,
+                                const std::string& location);
+  Status UnregisterFile(uint64_t addr);
 
   // Segments.
   Result<SegmentId> OpenSegment(const std::string& name);
@@ -90,6 +100,10 @@ class TransferEngine::Impl final : public TransportContext {
   Result<BatchStatus> WaitBatch(BatchId id, std::chrono::milliseconds timeout);
   Status CancelBatch(BatchId id);
   int completion_fd() const { return completion_fd_.get(); }
+
+  // Metrics (engine_metrics.h): the snapshot getMetrics() returns, and the endpoint's port.
+  EngineMetrics Metrics() const;
+  uint16_t metrics_port() const { return exporter_ != nullptr ? exporter_->port() : 0; }
 
   // TransportContext.
   Result<AccessPin> PinRemoteAccess(uint64_t addr, uint64_t length, uint64_t incarnation,
@@ -132,7 +146,9 @@ class TransferEngine::Impl final : public TransportContext {
   Plan PlanOrEnd(engine::Task* task, bool may_block);
   Status PlanTask(engine::Task* task, bool may_block, bool* deferred);
   // A request to this engine's own segment: both ranges pinned, then memmove.
-  Status LocalCopy(engine::Task* task);
+  // `*file_target`: set when the target is a file buffer (nothing copied; the caller plans it
+  // for the file transport).
+  Status LocalCopy(engine::Task* task, bool* file_target);
   // Plans `task` on its peer's worker (may block there), then submits it.
   void DeferPlan(const BatchPtr& batch, engine::Task* task);
   // Submits the slices of `tasks`, which share one transport and peer link. Never blocks:
@@ -156,11 +172,15 @@ class TransferEngine::Impl final : public TransportContext {
   void SweepIdleLinks();
   // The PeerWorkers key of a segment id (its name when known).
   std::string PeerKey(SegmentId id) const;
+  // Init: the log level and metrics options (or FERRY_LOG_LEVEL / FERRY_METRICS_PORT).
+  Status ApplyObservabilityOptions();
 
   EngineOptions options_;
   Clock* const clock_ = Clock::Real();
   // Declared before everything that ends tasks, so that it outlives them (completionFd()).
   UniqueFd completion_fd_;
+  // Made first in Init, so that it outlives everything that counts into it.
+  std::unique_ptr<engine::EngineCounters> counters_;
   uint64_t incarnation_ = 0;
   std::atomic<bool> ready_{false};  // set last in Init
   std::string name_;
@@ -187,6 +207,9 @@ class TransferEngine::Impl final : public TransportContext {
 
   Mutex managed_mu_;
   std::map<void*, Transport*> managed_ GUARDED_BY(managed_mu_);  // buffer -> its allocator
+  // Where the next file buffer's addresses start (file_buffers.cc): a range no process memory
+  // can occupy, never reused.
+  std::atomic<uint64_t> next_file_addr_{uint64_t{0xf} << 60};
 
   engine::BatchTable batches_;
   engine::DeadlineTimer timer_{Clock::Real()};
@@ -199,6 +222,9 @@ class TransferEngine::Impl final : public TransportContext {
   // installed transport can carry a task's slices when a retry falls back to it.
   std::vector<uint64_t> slice_sizes_;
   std::unique_ptr<RpcServer> rpc_server_;      // destroyed first of the services
+  // The Prometheus endpoint (EngineOptions::metrics_port); stopped first of all in ~Impl.
+  std::unique_ptr<engine::MetricsExporter> exporter_;
+  bool metrics_port_from_env_ = false;  // FERRY_METRICS_PORT set it: a taken port only warns
 };
 
 }  // namespace ferry

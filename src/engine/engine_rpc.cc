@@ -33,6 +33,7 @@ Status TransferEngine::Impl::RegisterRpcHandlers() {
         // Busy past the box's caps: the sender's sendNotify fails with it.
         RETURN_IF_ERROR(notify_box_->Push(
             {std::move(request.segment_name), std::move(request.notify)}));
+        counters_->notifications().received.fetch_add(1, std::memory_order_relaxed);
         return std::string();
       }));
   RETURN_IF_ERROR(rpc_server_->RegisterHandler(

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -18,6 +19,7 @@
 #include "engine/builtin_transports.h"
 #include "engine/engine_impl.h"
 #include "engine/host_identity.h"
+#include "engine/instrumented_store.h"
 #include "metadata/p2p/p2p_store.h"
 #include "metadata/store_factory.h"
 #include "rpc/messages.h"
@@ -123,7 +125,9 @@ Result<std::string> P2PSegmentName(const std::string& name, uint16_t rpc_port) {
 
 TransferEngine::Impl::~Impl() {
   // Inbound first, then the threads that start work, then the transports (which fail what is in
-  // flight, releasing the batches it held), then the store entries.
+  // flight, releasing the batches it held), then the store entries. The metrics endpoint goes
+  // before all of them: its scrapes read them.
+  exporter_.reset();
   if (rpc_server_ != nullptr) rpc_server_->Stop();
   timer_.Stop();
   if (workers_ != nullptr) workers_->Stop();
@@ -156,6 +160,7 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   if (options_.max_segment_buffers == 0) {
     return InvalidArgumentError("max_segment_buffers must be > 0");
   }
+  RETURN_IF_ERROR(ApplyObservabilityOptions());
   completion_fd_.Reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!completion_fd_.valid()) {
     return InternalError(std::string("creating the completion eventfd: ") + std::strerror(errno));
@@ -199,6 +204,7 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
                                                {.request_timeout = options_.request_timeout,
                                                 .lease_ttl = options_.lease_ttl},
                                                p2p_source_.get()));
+  store_ = std::make_unique<engine::InstrumentedStore>(std::move(store_), counters_.get());
   DirectoryOptions directory{.prefix = options_.metadata_prefix,
                              .cache_ttl = options_.segment_cache_ttl,
                              .fetch_timeout = options_.request_timeout * 2};
@@ -230,12 +236,77 @@ Status TransferEngine::Impl::Init(const EngineOptions& options) {
   RETURN_IF_ERROR(Publish());
   timer_.Start();
   SweepIdleLinks();
+  if (options_.metrics_port >= 0) {
+    Result<std::unique_ptr<engine::MetricsExporter>> exporter = engine::MetricsExporter::Start(
+        options_.metrics_host, static_cast<uint16_t>(options_.metrics_port),
+        [this] { return Metrics(); });
+    if (exporter.ok()) {
+      exporter_ = std::move(exporter).value();
+    } else if (metrics_port_from_env_) {
+      // Every engine of a process reads the variable; the first one serves the port.
+      FERRY_LOG(kWarn) << "engine '" << name_ << "' serves no metrics endpoint: "
+                       << exporter.status().WithContext("FERRY_METRICS_PORT");
+    } else {
+      return exporter.status().WithContext("EngineOptions::metrics_port");
+    }
+  }
   ready_.store(true);
   FERRY_LOG(kInfo) << "engine '" << name_ << "' up, incarnation " << incarnation_;
   return Status::Ok();
 }
 
 uint16_t TransferEngine::Impl::rpc_port() const { return rpc_server_->port(); }
+
+Status TransferEngine::Impl::ApplyObservabilityOptions() {
+  if (!options_.log_level.empty()) {
+    LogLevel level = LogLevel::kWarn;
+    if (!ParseLogLevel(options_.log_level, &level)) {
+      return InvalidArgumentError("log_level '" + options_.log_level +
+                                  "': use trace, debug, info, warn, error or off");
+    }
+    SetLogLevel(level);
+  }
+  if (options_.metrics_max_peers == 0) {
+    return InvalidArgumentError("metrics_max_peers must be > 0");
+  }
+  if (options_.metrics_port < 0) {
+    if (std::optional<std::string> text = GetFerryEnv("METRICS_PORT"); text && !text->empty()) {
+      // [host:]port; the host (an address to listen on) replaces metrics_host.
+      const size_t colon = text->rfind(':');
+      const std::string_view digits = colon == std::string::npos
+                                          ? std::string_view(*text)
+                                          : std::string_view(*text).substr(colon + 1);
+      int port = -1;
+      const char* end = digits.data() + digits.size();
+      const auto [ptr, ec] = std::from_chars(digits.data(), end, port);
+      if (ec != std::errc() || ptr != end || port < 0 || port > 65535 || colon == 0) {
+        return InvalidArgumentError("FERRY_METRICS_PORT '" + *text +
+                                    "' is not [host:]port (port 0..65535; 0: a free one)");
+      }
+      if (colon != std::string::npos) options_.metrics_host = text->substr(0, colon);
+      options_.metrics_port = port;
+      metrics_port_from_env_ = true;
+    }
+  }
+  if (options_.metrics_port < -1 || options_.metrics_port > 65535) {
+    return InvalidArgumentError("metrics_port " + std::to_string(options_.metrics_port) +
+                                " is not a port (-1: off, 0: a free one, else 1..65535)");
+  }
+  counters_ = std::make_unique<engine::EngineCounters>(options_.metrics_max_peers);
+  return Status::Ok();
+}
+
+EngineMetrics TransferEngine::Impl::Metrics() const {
+  EngineMetrics out = counters_->Snapshot();
+  out.segment = name_;
+  out.incarnation = incarnation_;
+  out.metadata.store = std::string(store_->scheme());
+  for (TransportMetrics& t : out.transports) {
+    if (const Transport* transport = FindTransport(t.name)) t.counters = transport->Counters();
+  }
+  out.notifications.refused = notify_box_->refused();
+  return out;
+}
 
 Status TransferEngine::Impl::ResolveAddresses() {
   if (options_.advertise_host.empty()) {
@@ -279,12 +350,11 @@ Status TransferEngine::Impl::StartTransports() {
   const bool automatic = options_.transports.empty() ||
                          (options_.transports.size() == 1 && options_.transports[0] == "auto");
   for (auto& t : created) {
-    Result<std::string> bytes =
-        t->Start(this, {.local_segment = name_,
-                        .bind_host = options_.host,
-                        .advertise_host = advertise_host_,
-                        .ports = ports_,
-                        .auth_secret = options_.auth_secret});
+    Result<std::string> bytes = t->Start(this, {.local_segment = name_,
+                                                .bind_host = options_.host,
+                                                .advertise_host = advertise_host_,
+                                                .ports = ports_,
+                                                .auth_secret = options_.auth_secret});
     if (!bytes.ok()) {
       const Status error =
           bytes.status().WithContext("starting transport '" + std::string(t->name()) + "'");
@@ -297,7 +367,9 @@ Status TransferEngine::Impl::StartTransports() {
       return error;
     }
     base_desc_.transports[std::string(t->name())] = *bytes;
-    candidates_.push_back({std::string(t->name()), !t->capabilities().reaches_other_hosts});
+    counters_->ForTransport(t->name());  // snapshots list transports in priority order
+    candidates_.push_back({std::string(t->name()), !t->capabilities().reaches_other_hosts,
+                           t->capabilities().file_buffers});
     transports_.push_back(std::move(t));
   }
   uint64_t smallest_max = UINT64_MAX;
@@ -394,8 +466,11 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
     // access), and the registry publishes no key for it.
     const MemoryAccess access = remote_accessible ? MemoryAccess::kRemote : MemoryAccess::kLocal;
     for (auto& t : transports_) {
+      engine::TransportCounters* counted = counters_->ForTransport(t->name());
+      const auto began = std::chrono::steady_clock::now();
       Result<std::string> key = t->RegisterMemory(addr, b.length, where, access);
       if (key.status().code() == StatusCode::kNotFound) continue;  // cannot reach this memory
+      counted->RecordRegistration(b.length, key.ok(), std::chrono::steady_clock::now() - began);
       if (!key.ok()) {
         return fail(key.status().WithContext("transport '" + std::string(t->name()) + "'"));
       }
@@ -408,7 +483,8 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
       spec.binding.key = std::move(key).value();
       Transport* transport = t.get();
       const uint64_t length = b.length;
-      spec.binding.on_unregister = [transport, addr, length] {
+      spec.binding.on_unregister = [transport, counted, addr, length] {
+        counted->unregistrations.fetch_add(1, std::memory_order_relaxed);
         return transport->UnregisterMemory(addr, length);
       };
       specs.push_back(std::move(spec));
@@ -556,10 +632,13 @@ Result<std::vector<SegmentBuffer>> TransferEngine::Impl::SegmentBuffers(SegmentI
 Status TransferEngine::Impl::SendNotify(SegmentId target, const NotifyMessage& notify) {
   ASSIGN_OR_RETURN(SegmentHandle handle, directory_->Get(target));
   HostPort peer{handle.desc->rpc.host, handle.desc->rpc.port};
-  return rpc_client_
-      ->Call(peer, ToWire(RpcType::kNotify), Pack(NotifyRequest{name_, notify.payload}),
-             options_.request_timeout)
-      .status();
+  Status sent = rpc_client_
+                    ->Call(peer, ToWire(RpcType::kNotify),
+                           Pack(NotifyRequest{name_, notify.payload}), options_.request_timeout)
+                    .status();
+  (sent.ok() ? counters_->notifications().sent : counters_->notifications().send_failures)
+      .fetch_add(1, std::memory_order_relaxed);
+  return sent;
 }
 
 Result<std::string> TransferEngine::Impl::Exchange(const SegmentDesc& peer,
@@ -675,6 +754,16 @@ Status TransferEngine::freeManagedBuffer(void* addr) {
   FERRY_REQUIRE_INIT("freeManagedBuffer");
   return impl_->FreeManaged(addr);
 }
+Result<uint64_t> TransferEngine::registerLocalFile(
+    const std::string& path, uint64_t length, uint64_t offset,
+    const std::map<std::string, std::string>& host_paths, const std::string& location) {
+  FERRY_REQUIRE_INIT("registerLocalFile");
+  return impl_->RegisterFile(path, length, offset, host_paths, location);
+}
+Status TransferEngine::unregisterLocalFile(uint64_t addr) {
+  FERRY_REQUIRE_INIT("unregisterLocalFile");
+  return impl_->UnregisterFile(addr);
+}
 Result<SegmentId> TransferEngine::openSegment(const std::string& name) {
   FERRY_REQUIRE_INIT("openSegment");
   return impl_->OpenSegment(name);
@@ -738,6 +827,10 @@ Status TransferEngine::sendNotify(SegmentId target, const NotifyMessage& notify)
   FERRY_REQUIRE_INIT("sendNotify");
   return impl_->SendNotify(target, notify);
 }
+EngineMetrics TransferEngine::getMetrics() const {
+  return impl_->ready() ? impl_->Metrics() : EngineMetrics{};
+}
+uint16_t TransferEngine::metricsPort() const { return impl_->ready() ? impl_->metrics_port() : 0; }
 
 #undef FERRY_REQUIRE_INIT
 

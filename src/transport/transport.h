@@ -35,6 +35,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/net_address.h"
 #include "core/segment_desc.h"
@@ -58,6 +59,9 @@ struct TransportCapabilities {
   // and fixed once Start returned (a transport may decide them at Start, e.g. by provider).
   uint64_t preferred_slice_size = uint64_t{256} << 10;
   uint64_t max_slice_size = UINT64_MAX;
+  // RegisterFile/UnregisterFile work, and the transport carries slices whose remote side is a
+  // file buffer (BufferDesc::file) and only those (file).
+  bool file_buffers = false;
 };
 
 // A target-side access, pinned until released: the region cannot be unregistered meanwhile.
@@ -115,7 +119,16 @@ struct Slice {
   // and never lets it land afterwards. time_point::max(): none.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   void* task = nullptr;  // the engine's; opaque to the transport
+  // File buffers only. A WRITE with `sync` completes only after an fdatasync of its file that
+  // followed it (the syncing slices of one Submit call share one per file).
+  bool sync = false;
+  // Set by a file transport before it completes the slice: how its bytes moved
+  // (kSliceIoDirect: O_DIRECT, kSliceIoBuffered: through the page cache; both when a part of
+  // it went each way). 0 for every other transport.
+  uint8_t io_path = 0;
 };
+inline constexpr uint8_t kSliceIoDirect = 1;
+inline constexpr uint8_t kSliceIoBuffered = 2;
 
 struct TransportStartInfo {
   std::string local_segment;  // this engine's segment name
@@ -224,6 +237,20 @@ class Transport {
                                 "' allocated no shared memory");
   }
 
+  // Optional (capabilities().file_buffers): opens `path` and makes its bytes [offset, offset +
+  // length) the local buffer named [addr, addr + length) (addresses the engine chose, never
+  // dereferenced). Returns the file's identity (device, inode, size; offset echoed; no paths).
+  // InvalidArgument when the window leaves the file, NotFound / PermissionDenied when it cannot
+  // be opened (the path and errno named).
+  virtual Result<FileWindow> RegisterFile(uint64_t /*addr*/, uint64_t /*length*/,
+                                          const std::string& /*path*/, uint64_t /*offset*/) {
+    return InvalidArgumentError("transport '" + std::string(name()) + "' has no file buffers");
+  }
+  // Closes what RegisterFile opened; called after the region's pins drained.
+  virtual Status UnregisterFile(uint64_t /*addr*/) {
+    return InvalidArgumentError("transport '" + std::string(name()) + "' has no file buffers");
+  }
+
   // Per-peer state from the peer's descriptor. Unavailable when the peer cannot be reached.
   virtual Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) = 0;
   // Queues slices for `link`'s peer; each completes through the context. Again when the queues
@@ -232,6 +259,11 @@ class Transport {
 
   // Answers a peer's Exchange (see TransportContext::Exchange).
   virtual Result<std::string> OnExchange(std::string_view payload) = 0;
+
+  // Optional: the transport's own counters since Start (connections opened, bad frames, ...),
+  // name -> value, each only growing; the engine reports them in its metrics
+  // (TransportMetrics::counters). Names are lower_snake_case. Thread-safe, cheap, never blocks.
+  virtual std::vector<std::pair<std::string, uint64_t>> Counters() const { return {}; }
 };
 
 }  // namespace ferry
