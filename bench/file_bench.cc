@@ -26,21 +26,13 @@
 #include <vector>
 
 #include "ferry/transfer_engine.h"
+#include "file_bench_flags.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
 constexpr unsigned kBatches = 4;
-
-uint64_t ParseSize(const std::string& text) {
-  char* end = nullptr;
-  uint64_t v = std::strtoull(text.c_str(), &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10;
-  if (*end == 'M' || *end == 'm') v <<= 20;
-  if (*end == 'G' || *end == 'g') v <<= 30;
-  return v;
-}
 
 int Fail(const std::string& what, const ferry::Status& s) {
   std::fprintf(stderr, "ferry-file-bench: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -50,40 +42,14 @@ int Fail(const std::string& what, const ferry::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path;
-  std::string operation = "read";
-  uint64_t block = 64 << 10;
-  unsigned qd = 8;
-  double duration = 2;
-  bool direct = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto eq = arg.find('=');
-    const std::string key = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    if (key == "--file") {
-      path = value;
-    } else if (key == "--operation") {
-      operation = value;
-    } else if (key == "--block_size") {
-      block = ParseSize(value);
-    } else if (key == "--qd") {
-      qd = static_cast<unsigned>(std::stoul(value));
-    } else if (key == "--duration") {
-      duration = std::stod(value);
-    } else if (key == "--direct") {
-      direct = value != "0" && value != "false";
-    } else {
-      std::fprintf(stderr, "ferry-file-bench: unknown flag %s\n", arg.c_str());
-      return 2;
-    }
-  }
-  if (path.empty() || block == 0 || qd == 0 || (operation != "read" && operation != "write")) {
-    std::fprintf(stderr,
-                 "usage: ferry-file-bench --file=PATH [--operation=read|write] "
-                 "[--block_size=64K] [--qd=8] [--duration=2] [--direct=1]\n");
-    return 2;
-  }
+  ferry::file_bench::Flags flags;
+  if (!ferry::file_bench::ParseFlags(argc, argv, "ferry-file-bench", &flags)) return 2;
+  const std::string& path = flags.path;
+  const std::string& operation = flags.operation;
+  const uint64_t block = flags.block;
+  const unsigned qd = flags.qd;
+  const double duration = flags.duration;
+  const bool direct = flags.direct;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     std::fprintf(stderr, "ferry-file-bench: stat %s: %s\n", path.c_str(), std::strerror(errno));

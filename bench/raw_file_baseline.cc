@@ -24,16 +24,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "file_bench_flags.h"
 
-uint64_t ParseSize(const std::string& text) {
-  char* end = nullptr;
-  uint64_t v = std::strtoull(text.c_str(), &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10;
-  if (*end == 'M' || *end == 'm') v <<= 20;
-  if (*end == 'G' || *end == 'g') v <<= 30;
-  return v;
-}
+namespace {
 
 int Fail(const char* what, int err) {
   std::fprintf(stderr, "ferry-raw-file-baseline: %s: %s\n", what, std::strerror(err));
@@ -43,40 +36,14 @@ int Fail(const char* what, int err) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string path;
-  std::string operation = "read";
-  uint64_t block = 64 << 10;
-  unsigned qd = 8;
-  double duration = 2;
-  bool direct = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto eq = arg.find('=');
-    const std::string key = arg.substr(0, eq);
-    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
-    if (key == "--file") {
-      path = value;
-    } else if (key == "--operation") {
-      operation = value;
-    } else if (key == "--block_size") {
-      block = ParseSize(value);
-    } else if (key == "--qd") {
-      qd = static_cast<unsigned>(std::stoul(value));
-    } else if (key == "--duration") {
-      duration = std::stod(value);
-    } else if (key == "--direct") {
-      direct = value != "0" && value != "false";
-    } else {
-      std::fprintf(stderr, "ferry-raw-file-baseline: unknown flag %s\n", arg.c_str());
-      return 2;
-    }
-  }
-  if (path.empty() || block == 0 || qd == 0 || (operation != "read" && operation != "write")) {
-    std::fprintf(stderr,
-                 "usage: ferry-raw-file-baseline --file=PATH [--operation=read|write] "
-                 "[--block_size=64K] [--qd=8] [--duration=2] [--direct=1]\n");
-    return 2;
-  }
+  ferry::file_bench::Flags flags;
+  if (!ferry::file_bench::ParseFlags(argc, argv, "ferry-raw-file-baseline", &flags)) return 2;
+  const std::string& path = flags.path;
+  const std::string& operation = flags.operation;
+  const uint64_t block = flags.block;
+  const unsigned qd = flags.qd;
+  const double duration = flags.duration;
+  const bool direct = flags.direct;
   const bool write = operation == "write";
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0));
   if (fd < 0) return Fail("open", errno);

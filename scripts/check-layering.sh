@@ -21,7 +21,7 @@ declare -A allowed=(
   [tools/ferry]="ferry/ common/ core/ metadata/ rpc/"
   [python]="ferry/"
   [examples]="ferry/ common/ core/ registry/"
-  [bench]="ferry/ common/ core/ registry/ metadata/ rpc/ transport/ engine/ test_servers.h raw_baseline.h bench_main.h"
+  [bench]="ferry/ common/ core/ registry/ metadata/ rpc/ transport/ engine/ test_servers.h raw_baseline.h bench_main.h file_bench_flags.h"
 )
 
 status=0
