@@ -27,61 +27,24 @@ run_suite() {  # run_suite <build dir> <label> [ctest args...]
   ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" "$@"
 }
 
-# A sanitizer build compiles in the background, at the lowest CPU priority, while the suite
-# before it runs: ctest leaves most of the cores idle (its tests mostly wait on processes and
-# servers), and the tests keep the CPU whenever they want it. start_build <dir> <cmake args...>
-# starts one (its output in <dir>/background-build.log); finish_build <label> waits for it.
-bg_pid=""
-bg_log=""
-stop_background_build() {
-  if [[ -n "$bg_pid" ]]; then
-    kill -- "-$bg_pid" 2>/dev/null || true  # its own process group: build.sh, cmake, ninja, clang
-    wait "$bg_pid" 2>/dev/null || true
-    bg_pid=""
-  fi
-}
-trap stop_background_build EXIT
-start_build() {
-  local dir=$1
-  shift
-  mkdir -p "$dir"
-  bg_log="$root/$dir/background-build.log"
-  setsid --wait nice -n 19 scripts/build.sh "$dir" "$@" >"$bg_log" 2>&1 &
-  bg_pid=$!
-}
-finish_build() {
-  local label=$1 rc=0
-  wait "$bg_pid" || rc=$?
-  bg_pid=""
-  if [[ $rc -ne 0 ]]; then
-    tail -n 80 "$bg_log" >&2
-    echo "build $label failed (exit $rc); the whole log: $bg_log" >&2
-    exit "$rc"
-  fi
-  echo "==> build: $label (done in the background, $((SECONDS - start)) s into the run)"
-}
-
 echo "==> build: main (RelWithDebInfo)"
 scripts/build.sh build
-if [[ $quick -eq 0 ]]; then
-  # Sanitizer builds skip benchmarks, the packaging test and the Python module (an
-  # uninstrumented interpreter cannot load an instrumented extension).
-  start_build build-asan -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF \
-    -DFERRY_BUILD_PYTHON=OFF
-fi
 run_suite build "main"
 
 if [[ $quick -eq 0 ]]; then
-  finish_build "address,undefined"
-  start_build build-tsan -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF
+  # Sanitizer builds skip benchmarks, the packaging test and the Python module (an
+  # uninstrumented interpreter cannot load an instrumented extension); TSan's runtime needs a
+  # fixed address-space layout on kernels with large mmap randomisation, hence setarch -R.
+  echo "==> build: address,undefined"
+  scripts/build.sh build-asan -DFERRY_SANITIZE=address,undefined -DFERRY_BUILD_BENCH=OFF \
+    -DFERRY_BUILD_PYTHON=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp" \
     run_suite build-asan "address,undefined" -LE install
 
-  finish_build "thread"
-  # TSan's runtime needs a fixed address-space layout on kernels with large mmap randomisation,
-  # hence setarch -R.
-  echo "==> tests: thread"
+  echo "==> build: thread"
+  scripts/build.sh build-tsan -DFERRY_SANITIZE=thread -DFERRY_BUILD_BENCH=OFF \
+    -DFERRY_BUILD_PYTHON=OFF
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R ctest --test-dir build-tsan --output-on-failure --no-tests=error \
     -j "$jobs" -LE install
