@@ -22,21 +22,8 @@
 namespace ferry::cli {
 
 int RunProbe(const StoreFlags& flags, const std::string& segment, const ProbeFlags& probe) {
-  int exit_code = kExitOk;
-  std::unique_ptr<MetadataStore> store = OpenStore(flags, &exit_code);
-  if (store == nullptr) return exit_code;
-  Result<ListedSegment> entry = FetchSegment(*store, flags.prefix, segment);
-  if (!entry.ok()) {
-    if (entry.status().code() == StatusCode::kNotFound) {
-      return Fail(kExitNotFound, "no segment '" + segment + "' in " + flags.connection);
-    }
-    return Fail(StoreExitCode(entry.status()), "reading segment '" + segment + "'", entry.status());
-  }
-  if (!entry->desc) {
-    return Fail(kExitMalformed, "segment '" + segment + "': malformed descriptor",
-                entry->malformed);
-  }
-  const SegmentDesc& desc = *entry->desc;
+  SegmentDesc desc;
+  if (const int code = LoadSegment(flags, segment, &desc); code != kExitOk) return code;
   const HostPort peer{desc.rpc.host, desc.rpc.port};
   // Engines that share a cluster secret (FERRY_AUTH_SECRET) answer only a client that proves it.
   RpcClient client(RpcClientOptions{.auth_secret = GetFerryEnv("AUTH_SECRET").value_or("")});

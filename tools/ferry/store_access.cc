@@ -2,9 +2,11 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "metadata/store_address.h"
 #include "metadata/store_factory.h"
+#include "segment_view.h"
 
 namespace ferry::cli {
 
@@ -52,6 +54,27 @@ std::unique_ptr<MetadataStore> OpenStore(const StoreFlags& flags, int* exit_code
 
 int StoreExitCode(const Status& status) {
   return status.code() == StatusCode::kNotFound ? kExitNotFound : kExitStoreUnreachable;
+}
+
+int LoadSegment(const StoreFlags& flags, const std::string& segment, SegmentDesc* out) {
+  int exit_code = kExitOk;
+  std::unique_ptr<MetadataStore> store = OpenStore(flags, &exit_code);
+  if (store == nullptr) return exit_code;
+  Result<ListedSegment> entry = FetchSegment(*store, flags.prefix, segment);
+  if (!entry.ok()) {
+    if (entry.status().code() == StatusCode::kNotFound) {
+      return Fail(kExitNotFound, "no segment '" + segment + "' in " + flags.connection +
+                                     " (prefix '" + flags.prefix +
+                                     "'; `ferry segments` lists them)");
+    }
+    return Fail(StoreExitCode(entry.status()), "reading segment '" + segment + "'", entry.status());
+  }
+  if (!entry->desc) {
+    return Fail(kExitMalformed, "segment '" + segment + "': malformed descriptor",
+                entry->malformed);
+  }
+  *out = std::move(*entry->desc);
+  return kExitOk;
 }
 
 }  // namespace ferry::cli

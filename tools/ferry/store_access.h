@@ -5,9 +5,11 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "commands.h"
+#include "core/segment_desc.h"
 #include "ferry/status.h"
 #include "metadata/metadata_store.h"
 
@@ -25,5 +27,10 @@ std::unique_ptr<MetadataStore> OpenStore(const StoreFlags& flags, int* exit_code
 // The exit code for a failed store call: kExitNotFound for NotFound, else
 // kExitStoreUnreachable (could not ask, or the store's reply made no sense).
 int StoreExitCode(const Status& status);
+
+// Opens the store and reads segment `segment`'s descriptor into *out. kExitOk, or the exit code
+// after printing why: the store's (OpenStore, StoreExitCode), kExitNotFound, kExitMalformed
+// (naming the field that failed).
+int LoadSegment(const StoreFlags& flags, const std::string& segment, SegmentDesc* out);
 
 }  // namespace ferry::cli

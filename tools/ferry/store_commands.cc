@@ -47,23 +47,9 @@ int RunSegments(const StoreFlags& flags, bool json) {
 }
 
 int RunShow(const StoreFlags& flags, const std::string& segment, bool json) {
-  int exit_code = kExitOk;
-  std::unique_ptr<MetadataStore> store = OpenStore(flags, &exit_code);
-  if (store == nullptr) return exit_code;
-  Result<ListedSegment> entry = FetchSegment(*store, flags.prefix, segment);
-  if (!entry.ok()) {
-    if (entry.status().code() == StatusCode::kNotFound) {
-      return Fail(kExitNotFound, "no segment '" + segment + "' in " + flags.connection +
-                                     " (prefix '" + flags.prefix +
-                                     "'; `ferry segments` lists them)");
-    }
-    return Fail(StoreExitCode(entry.status()), "reading segment '" + segment + "'", entry.status());
-  }
-  if (!entry->desc) {
-    return Fail(kExitMalformed, "segment '" + segment + "': malformed descriptor",
-                entry->malformed);
-  }
-  const std::string text = json ? ShowJson(*entry->desc) : ShowTable(*entry->desc);
+  SegmentDesc desc;
+  if (const int code = LoadSegment(flags, segment, &desc); code != kExitOk) return code;
+  const std::string text = json ? ShowJson(desc) : ShowTable(desc);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }

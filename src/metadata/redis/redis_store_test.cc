@@ -73,8 +73,8 @@ void WaitForExpiryOfAFreshKey(const RedisServer& server, std::string_view key, m
   ASSERT_TRUE(WaitFor(
       [&] {
         if (!admin.ok()) {
-          admin = redis::RedisConnection::Open(
-              RedisConfig{.server = {"127.0.0.1", server.port()}}, kTimeout);
+          admin = redis::RedisConnection::Open(RedisConfig{.server = {"127.0.0.1", server.port()}},
+                                               kTimeout);
         }
         if (admin.ok() && (*admin)->Run({"SET", key, "reference", "PX", px}).ok()) return true;
         admin = UnavailableError("reconnect");  // a fresh connection on the next try
