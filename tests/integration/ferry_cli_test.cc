@@ -61,16 +61,17 @@ struct FerryRun {
 };
 
 // Runs build/bin/ferry with `args` (plain words, no quoting needed) to completion, bounded at
-// 30 s, its stdout and stderr in files of `dir`.
-FerryRun RunFerry(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.path() + "/ferry.out";
+// 30 s, its stdout and stderr in files of `dir` (stdout into `stdout_path` when one is given).
+FerryRun RunFerry(const TempDir& dir, const std::string& args,
+                  const std::string& stdout_path = "") {
+  const std::string out = stdout_path.empty() ? dir.path() + "/ferry.out" : stdout_path;
   const std::string err = dir.path() + "/ferry.err";
   const std::string command = "timeout 30 " + testing::BinDir() + "/ferry " + args + " >" + out +
                               " 2>" + err + " </dev/null";
   const int status = std::system(command.c_str());
   FerryRun run;
   run.code = WIFEXITED(status) && WEXITSTATUS(status) != 124 ? WEXITSTATUS(status) : -1;
-  run.out = ReadFile(out);
+  run.out = stdout_path.empty() ? ReadFile(out) : "";
   run.err = ReadFile(err);
   return run;
 }
@@ -182,6 +183,10 @@ TEST_P(FerryCliTest, InspectsAPublishedSegmentAndReportsBadEntries) {
   EXPECT_EQ(listed[0].value("buffers", 0), 2);
   EXPECT_GE(listed[0].value("bytes", uint64_t{0}), uint64_t{1} << 16);
   EXPECT_EQ(listed[0]["transports"], nlohmann::json::array({"tcp"}));
+  // Output that cannot be written is a failure, not an ok with nothing printed.
+  run = RunFerry(*dir, "segments" + store_flag, "/dev/full");
+  EXPECT_EQ(run.code, 1) << Describe(run);
+  EXPECT_NE(run.err.find("writing the output failed"), std::string::npos) << Describe(run);
 
   // show: the buffer the peer registered, as a table and as the published JSON.
   run = RunFerry(*dir, "show " + name + store_flag);

@@ -4,7 +4,8 @@
 //
 //   0  ok
 //   1  usage: bad flags or arguments, or a connection string that names no store to read
-//      (P2PHANDSHAKE: each engine serves only its own descriptor; memory://: in-process only)
+//      (P2PHANDSHAKE: each engine serves only its own descriptor; memory://: in-process only);
+//      also when the output could not be written (a full disk, a closed pipe)
 //   2  the metadata store could not be reached, did not answer in time, or could not answer
 //      (a Mooncake HTTP server has no prefix listing, which segments and watch need)
 //   3  not found: no such segment in the store

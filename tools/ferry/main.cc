@@ -3,7 +3,9 @@
 // metrics. Flags are parsed by CLI11 (the one place its exceptions are caught); the work is in
 // commands.h, which also lists the exit codes.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "commands.h"
@@ -114,20 +116,27 @@ int main(int argc, char** argv) {
   }
   store.timeout = std::chrono::milliseconds(timeout_ms);
 
-  if (segments->parsed()) return RunSegments(store, json);
-  if (show->parsed()) return RunShow(store, segment, json);
-  if (probe_cmd->parsed()) {
+  int code = kExitUsage;  // require_subcommand(1) makes one of these run
+  if (segments->parsed()) {
+    code = RunSegments(store, json);
+  } else if (show->parsed()) {
+    code = RunShow(store, segment, json);
+  } else if (probe_cmd->parsed()) {
     probe.interval = std::chrono::milliseconds(probe_interval_ms);
-    return RunProbe(store, segment, probe);
-  }
-  if (watch_cmd->parsed()) {
+    code = RunProbe(store, segment, probe);
+  } else if (watch_cmd->parsed()) {
     watch.duration = std::chrono::milliseconds(static_cast<int64_t>(duration_s * 1000));
     watch.interval = std::chrono::milliseconds(watch_interval_ms);
-    return RunWatch(store, watch);
-  }
-  if (stats_cmd->parsed()) {
+    code = RunWatch(store, watch);
+  } else if (stats_cmd->parsed()) {
     stats.timeout = std::chrono::milliseconds(stats_timeout_ms);
-    return RunStats(endpoint, stats);
+    code = RunStats(endpoint, stats);
   }
-  return kExitUsage;  // require_subcommand(1) makes this unreachable
+  // Output that did not reach its file (a full disk, a closed pipe with SIGPIPE ignored) is a
+  // failure, not an ok with a truncated answer.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+    std::fprintf(stderr, "ferry: writing the output failed: %s\n", std::strerror(errno));
+    if (code == kExitOk) code = kExitUsage;
+  }
+  return code;
 }

@@ -18,6 +18,7 @@
 #include "rpc/rpc_client.h"
 #include "segment_view.h"
 #include "store_access.h"
+#include "text_table.h"
 
 namespace ferry::cli {
 
@@ -25,6 +26,8 @@ int RunProbe(const StoreFlags& flags, const std::string& segment, const ProbeFla
   SegmentDesc desc;
   if (const int code = LoadSegment(flags, segment, &desc); code != kExitOk) return code;
   const HostPort peer{desc.rpc.host, desc.rpc.port};
+  // What reaches the terminal from the store or the peer is made Printable.
+  const std::string who = Printable(segment) + " at " + Printable(peer.ToString());
   // Engines that share a cluster secret (FERRY_AUTH_SECRET) answer only a client that proves it.
   RpcClient client(RpcClientOptions{.auth_secret = GetFerryEnv("AUTH_SECRET").value_or("")});
 
@@ -38,29 +41,28 @@ int RunProbe(const StoreFlags& flags, const std::string& segment, const ProbeFla
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!reply.ok()) {
       ++failures;
-      std::printf("%s at %s: no answer after %.3f ms: %s\n", segment.c_str(),
-                  peer.ToString().c_str(), ms, reply.status().message().c_str());
+      std::printf("%s: no answer after %.3f ms: %s\n", who.c_str(), ms,
+                  Printable(reply.status().message()).c_str());
       std::fflush(stdout);
       continue;
     }
     Result<ProbeResponse> answer = UnpackProbeResponse(*reply);
     if (!answer.ok()) {
       ++failures;
-      std::printf("%s at %s: bad probe answer: %s\n", segment.c_str(), peer.ToString().c_str(),
-                  answer.status().message().c_str());
+      std::printf("%s: bad probe answer: %s\n", who.c_str(),
+                  Printable(answer.status().message()).c_str());
     } else if (answer->name != desc.name || answer->incarnation != desc.incarnation) {
       ++failures;
       std::printf(
-          "%s at %s: answered as '%s' incarnation %llu, not incarnation %llu the store "
+          "%s: answered as '%s' incarnation %llu, not incarnation %llu the store "
           "describes (restarted, or a stale descriptor), rtt %.3f ms\n",
-          segment.c_str(), peer.ToString().c_str(), answer->name.c_str(),
+          who.c_str(), Printable(answer->name).c_str(),
           static_cast<unsigned long long>(answer->incarnation),
           static_cast<unsigned long long>(desc.incarnation), ms);
     } else {
       rtts_ms.push_back(ms);
-      std::printf("%s at %s: alive, incarnation %llu, rtt %.3f ms\n", segment.c_str(),
-                  peer.ToString().c_str(), static_cast<unsigned long long>(answer->incarnation),
-                  ms);
+      std::printf("%s: alive, incarnation %llu, rtt %.3f ms\n", who.c_str(),
+                  static_cast<unsigned long long>(answer->incarnation), ms);
     }
     std::fflush(stdout);
   }

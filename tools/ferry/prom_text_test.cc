@@ -90,5 +90,14 @@ TEST(TextTableTest, AlignsColumnsAndFormatsBytes) {
   EXPECT_EQ(HumanBytes(uint64_t{3} << 29), "1.5 GiB");
 }
 
+TEST(TextTableTest, ControlCharactersFromAStoreArePrintedEscaped) {
+  // A segment name or message taken from a store or a peer cannot drive the terminal.
+  EXPECT_EQ(Printable("kv\x1b[2J\r\n\x7f-\xc3\xa9"), "kv\\x1b[2J\\x0d\\x0a\\x7f-\xc3\xa9");
+  EXPECT_EQ(Printable(std::string("a\0b", 3)), "a\\x00b");
+  TextTable table({"NAME", "N"});
+  table.AddRow({"x\ty", "1"});
+  EXPECT_EQ(table.Render(), "NAME    N\nx\\x09y  1\n");
+}
+
 }  // namespace
 }  // namespace ferry::cli

@@ -7,17 +7,18 @@
 #include "metadata/store_address.h"
 #include "metadata/store_factory.h"
 #include "segment_view.h"
+#include "text_table.h"
 
 namespace ferry::cli {
 
 int Fail(int code, std::string_view what, const Status& status) {
-  std::fprintf(stderr, "ferry: %.*s: %s\n", static_cast<int>(what.size()), what.data(),
-               status.message().c_str());
+  std::fprintf(stderr, "ferry: %s: %s\n", Printable(what).c_str(),
+               Printable(status.message()).c_str());
   return code;
 }
 
 int Fail(int code, std::string_view what) {
-  std::fprintf(stderr, "ferry: %.*s\n", static_cast<int>(what.size()), what.data());
+  std::fprintf(stderr, "ferry: %s\n", Printable(what).c_str());
   return code;
 }
 

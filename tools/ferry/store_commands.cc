@@ -13,7 +13,8 @@ const char* ExitCodesHelp() {
   return R"(exit codes:
   0  ok
   1  usage: bad flags or arguments, or a connection string naming no store to read
-     (P2PHANDSHAKE: each engine serves only its own descriptor; memory://: in-process only)
+     (P2PHANDSHAKE: each engine serves only its own descriptor; memory://: in-process only);
+     also when the output could not be written (a full disk, a closed pipe)
   2  the metadata store could not be reached, did not answer in time, or could not answer (a
      Mooncake HTTP server cannot list keys: `show` and `probe` work there, `segments` and
      `watch` need etcd, redis or ferry-metadata-server)

@@ -5,14 +5,41 @@
 
 namespace ferry::cli {
 
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char escaped[5];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string TextTable::Render() const {
-  std::vector<size_t> widths(header_.size(), 0);
+  auto printable = [](const std::vector<std::string>& row) {
+    std::vector<std::string> cells;
+    cells.reserve(row.size());
+    for (const std::string& cell : row) cells.push_back(Printable(cell));
+    return cells;
+  };
+  const std::vector<std::string> header = printable(header_);
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(rows_.size());
+  for (const auto& row : rows_) rows.push_back(printable(row));
+
+  std::vector<size_t> widths(header.size(), 0);
   auto measure = [&widths](const std::vector<std::string>& row) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
   };
-  measure(header_);
-  for (const auto& row : rows_) measure(row);
+  measure(header);
+  for (const auto& row : rows) measure(row);
 
   std::string out;
   auto emit = [&out, &widths](const std::vector<std::string>& row) {
@@ -26,8 +53,8 @@ std::string TextTable::Render() const {
     out += line;
     out += '\n';
   };
-  emit(header_);
-  for (const auto& row : rows_) emit(row);
+  emit(header);
+  for (const auto& row : rows) emit(row);
   return out;
 }
 

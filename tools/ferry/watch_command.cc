@@ -139,8 +139,8 @@ class SegmentTracker {
 
  private:
   static void Print(const char* event, const std::string& name, const std::string& details) {
-    std::printf("%s %-9s %s%s%s\n", Now().c_str(), event, name.c_str(), details.empty() ? "" : " ",
-                details.c_str());
+    std::printf("%s %-9s %s%s%s\n", Now().c_str(), event, Printable(name).c_str(),
+                details.empty() ? "" : " ", Printable(details).c_str());
     std::fflush(stdout);
   }
 
@@ -217,7 +217,7 @@ int RunWatch(const StoreFlags& flags, const WatchFlags& watch) {
       mode = "store watch";
     } else {
       std::fprintf(stderr, "ferry: the store's watch did not start (%s); polling instead\n",
-                   started.status().message().c_str());
+                   Printable(started.status().message()).c_str());
     }
   }
   Result<std::vector<KeyValue>> listing = store->List(ram_prefix);
@@ -262,7 +262,8 @@ int RunWatch(const StoreFlags& flags, const WatchFlags& watch) {
     if (!poll.ok()) {
       // Reported once per outage; what is known stays until the store answers again.
       if (!store_down) {
-        std::printf("%s store unreachable: %s\n", Now().c_str(), poll.status().message().c_str());
+        std::printf("%s store unreachable: %s\n", Now().c_str(),
+                    Printable(poll.status().message()).c_str());
         std::fflush(stdout);
       }
       store_down = true;
