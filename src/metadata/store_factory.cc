@@ -5,6 +5,7 @@
 #include "metadata/memory/memory_store.h"
 #include "metadata/p2p/p2p_store.h"
 #include "metadata/redis/redis_store.h"
+#include "metadata/shared_watch.h"
 
 namespace ferry {
 
@@ -12,14 +13,25 @@ Result<std::unique_ptr<MetadataStore>> CreateMetadataStore(std::string_view conn
                                                            const StoreOptions& options,
                                                            P2PDescriptorSource* p2p) {
   ASSIGN_OR_RETURN(StoreAddress a, ParseStoreAddress(connection));
+  // The watches of every client of one etcd or redis in this process share one stream
+  // (shared_watch.h): clients with the same connection string and request timeout are
+  // interchangeable for watching.
+  const std::string share_key =
+      std::string(connection) + '\n' + std::to_string(options.request_timeout.count());
   switch (a.kind) {
-    case StoreAddress::Kind::kEtcd:
-      return CreateEtcdStore(a.endpoints, options);
-    case StoreAddress::Kind::kRedis:
-      return CreateRedisStore(
-          RedisConfig{
-              .server = a.endpoints.front(), .user = a.user, .password = a.password, .db = a.db},
-          options);
+    case StoreAddress::Kind::kEtcd: {
+      ASSIGN_OR_RETURN(std::unique_ptr<MetadataStore> store, CreateEtcdStore(a.endpoints, options));
+      return ShareWatches(std::move(store), share_key);
+    }
+    case StoreAddress::Kind::kRedis: {
+      ASSIGN_OR_RETURN(std::unique_ptr<MetadataStore> store,
+                       CreateRedisStore(RedisConfig{.server = a.endpoints.front(),
+                                                    .user = a.user,
+                                                    .password = a.password,
+                                                    .db = a.db},
+                                        options));
+      return ShareWatches(std::move(store), share_key);
+    }
     case StoreAddress::Kind::kHttp:
       return CreateHttpStore(a.endpoints.front(), a.path, options);
     case StoreAddress::Kind::kP2P:

@@ -9,6 +9,8 @@
 //
 // Anything else is InvalidArgument listing these forms. Parsing alone, without a connection:
 // ParseStoreAddress (metadata/store_address.h).
+// The etcd and redis clients of one connection string (and request timeout) in a process share
+// their watch streams (metadata/shared_watch.h): one stream per prefix, however many engines.
 #pragma once
 
 #include <memory>

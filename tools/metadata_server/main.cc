@@ -3,11 +3,13 @@
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,10 +70,32 @@ class SignalStopper {
   std::thread thread_;  // last: started once the fields above exist
 };
 
+// The listening socket's backlog. cpp-httplib listens with 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed
+// in Debian's compiled library); every store request is a fresh connection, so a few hundred
+// engines connecting at once overflowed it, the kernel dropped their SYNs and each waited a 1 s
+// retransmit (bench/scale.sh measured cold opens and publishes at p99 ~1 s).
+constexpr int kListenBacklog = 4096;
+
 // Binds `server`; returns the port, or -1.
 int Bind(httplib::Server& server, const ServerOptions& options) {
-  if (options.port == 0) return server.bind_to_any_port(options.bind);
-  return server.bind_to_port(options.bind, options.port) ? options.port : -1;
+  // Shared, not borrowed: the server keeps the callback after Bind returns.
+  auto last_fd = std::make_shared<std::atomic<int>>(-1);
+  server.set_socket_options([last_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    *last_fd = sock;  // the last socket set up is the one bound (earlier attempts are closed)
+  });
+  int port = -1;
+  if (options.port == 0) {
+    port = server.bind_to_any_port(options.bind);
+  } else if (server.bind_to_port(options.bind, options.port)) {
+    port = options.port;
+  }
+  // listen() again on a listening socket only changes its backlog (capped by somaxconn).
+  if (const int fd = *last_fd; port >= 0 && fd >= 0 && ::listen(fd, kListenBacklog) != 0) {
+    FERRY_LOG(kWarn) << "ferry-metadata-server: could not raise the listen backlog to "
+                     << kListenBacklog << ": " << ErrnoText(errno);
+  }
+  return port;
 }
 
 int Serve(const ServerOptions& options) {

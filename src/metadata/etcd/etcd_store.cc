@@ -39,6 +39,8 @@ class EtcdStore final : public MetadataStore, public Watcher {
 
   std::string_view scheme() const override { return "etcd"; }
   Result<std::string> Get(std::string_view key) override;
+  // A value etcd refuses as too large is InvalidArgument naming the key, the sizes and the
+  // server flag that sets the limit (TooLarge).
   Status Put(std::string_view key, std::string_view value, const PutOptions& options) override;
   Status Delete(std::string_view key) override;
   Status DeleteIf(std::string_view key, std::string_view expected) override;
@@ -183,12 +185,41 @@ Result<std::string> EtcdStore::Get(std::string_view key) {
   return NotFoundError("etcd has no key '" + std::string(key) + "'");
 }
 
+namespace {
+
+// etcd refuses a request over its --max-request-bytes (1.5 MiB unless raised on the server;
+// gRPC's message cap is that plus 512 KiB) with "request is too large" or, past the gRPC cap,
+// "... larger than max ...". A descriptor is never split over several keys (the key layout is
+// Mooncake's, whose tools read it whole): the error says which limit was hit and what to do.
+Status TooLarge(const Status& s, std::string_view key, std::string_view value,
+                const PutOptions& options) {
+  if (s.code() != StatusCode::kInvalidArgument ||
+      (s.message().find("larger than max") == std::string::npos &&
+       s.message().find("request is too large") == std::string::npos)) {
+    return s;
+  }
+  std::string what =
+      "writing '" + std::string(key) + "' (" + std::to_string(value.size()) + " bytes";
+  if (options.replaces.has_value() && !options.replaces->empty()) {
+    what += ", plus the " + std::to_string(options.replaces->size()) +
+            " bytes it replaces, which the conditional write compares";
+  }
+  return s.WithContext(what +
+                       "): etcd refuses requests over its --max-request-bytes (1.5 MiB "
+                       "unless the etcd server raises it); raise that flag on every etcd "
+                       "member, or register fewer buffers in this segment");
+}
+
+}  // namespace
+
 Status EtcdStore::Put(std::string_view key, std::string_view value, const PutOptions& options) {
   RETURN_IF_ERROR(CheckKey(key));
   MutexLock lock(write_mu_);
   if (!options.leased) {
-    RETURN_IF_ERROR(options.replaces.has_value() ? PutIfLocked(key, value, *options.replaces, 0)
-                                                 : client_->Put(key, value, 0));
+    RETURN_IF_ERROR(TooLarge(options.replaces.has_value()
+                                 ? PutIfLocked(key, value, *options.replaces, 0)
+                                 : client_->Put(key, value, 0),
+                             key, value, options));
     keeper_.Forget(key);
     return Status::Ok();
   }
@@ -203,7 +234,7 @@ Status EtcdStore::Put(std::string_view key, std::string_view value, const PutOpt
     s = options.replaces.has_value() ? PutIfLocked(key, value, *options.replaces, lease)
                                      : client_->Put(key, value, lease);
   }
-  RETURN_IF_ERROR(s);
+  RETURN_IF_ERROR(TooLarge(s, key, value, options));
   keeper_.Track(key, value);
   return Status::Ok();
 }
@@ -221,8 +252,9 @@ Status EtcdStore::DeleteIf(std::string_view key, std::string_view expected) {
   MutexLock lock(write_mu_);
   keeper_.Forget(key);
   const nlohmann::json remove = {{"request_delete_range", {{"key", Base64Encode(key)}}}};
-  ASSIGN_OR_RETURN(TxnReply reply, Txn(*client_, nlohmann::json::array({ValueEquals(key, expected)}),
-                                       nlohmann::json::array({remove}), {key}));
+  ASSIGN_OR_RETURN(TxnReply reply,
+                   Txn(*client_, nlohmann::json::array({ValueEquals(key, expected)}),
+                       nlohmann::json::array({remove}), {key}));
   if (reply.succeeded) return Status::Ok();
   if (!reply.current.front().has_value()) {
     return NotFoundError("etcd has no key '" + std::string(key) + "'");

@@ -211,7 +211,18 @@ TEST_F(EtcdStoreTest, OversizedValueIsAnErrorNotACrash) {
   const std::string big(2 << 20, 'v');  // over etcd's 1.5 MiB request limit
   Status s = store_->Put("big", big);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  // It says which key, how large, and which limit (a 10,000-buffer descriptor with two keys per
+  // buffer is past it: bench/scale.sh).
+  EXPECT_NE(s.message().find("'big' (2097152 bytes)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--max-request-bytes"), std::string::npos) << s;
   EXPECT_TRUE(store_->Put("small", "ok").ok());
+  // A conditional, leased write carries the value it replaces too: both sizes are named.
+  const std::string half(1 << 20, 'h');
+  ASSERT_TRUE(store_->Put("half", half, {.leased = true}).ok());
+  s = store_->Put("half", half + "x", {.leased = true, .replaces = half});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("plus the 1048576 bytes it replaces"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("--max-request-bytes"), std::string::npos) << s;
 }
 
 TEST_F(EtcdStoreTest, StoppedServerIsUnavailableWithinTimeout) {
