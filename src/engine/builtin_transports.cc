@@ -1,15 +1,22 @@
 #include "engine/builtin_transports.h"
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "common/log.h"
+#include "core/location.h"
 #include "transport/cxl/cxl_transport.h"
 #include "transport/file/file_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 #if FERRY_WITH_RDMA
 #include "transport/rdma/rdma_transport.h"
+#endif
+#if FERRY_WITH_CUDA
+#include "transport/cuda_ipc/cuda_ipc_transport.h"
+#include "transport/cuda_ipc/cuda_memory.h"
 #endif
 
 namespace ferry {
@@ -65,6 +72,15 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
 #if FERRY_WITH_RDMA
   if (name == "rdma") return CreateRdmaTransport(RdmaOptions(options));
 #endif
+#if FERRY_WITH_CUDA
+  if (name == "cuda-ipc") {
+    CudaIpcTransportOptions o;
+    o.socket_dir = options.shm_dir;
+    o.io_timeout = options.request_timeout;
+    o.idle_timeout = options.idle_link_timeout;
+    return CreateCudaIpcTransport(o);
+  }
+#endif
   std::string available;
   for (const std::string& n : BuiltinTransportNames())
     available += (available.empty() ? "" : ", ") + n;
@@ -75,6 +91,17 @@ Result<std::unique_ptr<Transport>> Create(const std::string& name, const EngineO
 // What "auto" installs here.
 std::vector<std::string> AutoTransports(const EngineOptions& options) {
   std::vector<std::string> names = {"tcp", "shm"};
+#if FERRY_WITH_CUDA
+  // cuda-ipc: only where the runtime sees a device (probed once per process, cached).
+  if (Status cuda = cuda::Available(); cuda.ok()) {
+    names.insert(names.begin(), "cuda-ipc");
+  } else {
+    static std::once_flag noted;
+    std::call_once(noted, [&] {
+      FERRY_LOG(kInfo) << "transport 'cuda-ipc' not installed (no device memory): " << cuda;
+    });
+  }
+#endif
   // file: left out where io_uring cannot work (no kernel support, or a seccomp filter refusing
   // it, as container runtimes may), saying so once per process, not once per engine.
   if (Status uring = FileTransportAvailable(); uring.ok()) {
@@ -101,12 +128,70 @@ std::vector<std::string> AutoTransports(const EngineOptions& options) {
 
 std::vector<std::string> BuiltinTransportNames() {
   return {
-    "cxl", "shm", "file",
+#if FERRY_WITH_CUDA
+    "cuda-ipc",
+#endif
+        "cxl", "shm", "file",
 #if FERRY_WITH_RDMA
         "rdma",
 #endif
         "tcp"
   };
+}
+
+Result<Location> DetectMemoryLocation(const void* addr) {
+#if FERRY_WITH_CUDA
+  if (std::optional<int> device = cuda::DeviceOf(addr); device.has_value()) {
+    return Location{Location::Kind::kCuda, *device};
+  }
+#endif
+  return DetectHostLocation(addr);
+}
+
+Status CheckMemoryLocation(const void* addr, uint64_t length, const Location& location) {
+#if FERRY_WITH_CUDA
+  if (location.is_host()) {
+    // Host transports would memcpy into it: device memory named "cpu" is refused.
+    if (std::optional<int> device = cuda::DeviceOf(addr); device.has_value()) {
+      return InvalidArgumentError("location " + location.ToString() + ", but address " +
+                                  std::to_string(reinterpret_cast<uintptr_t>(addr)) +
+                                  " is memory of cuda:" + std::to_string(*device));
+    }
+  }
+#endif
+  if (!location.is_device()) return Status::Ok();
+#if FERRY_WITH_CUDA
+  if (location.kind == Location::Kind::kCuda) {
+    if (location.index == Location::kAnyIndex) {
+      return InvalidArgumentError("location 'cuda' needs a device index (cuda:<n>)");
+    }
+    return cuda::CheckDeviceMemory(addr, length, location.index);
+  }
+#else
+  (void)addr;
+  (void)length;
+  if (location.kind == Location::Kind::kCuda) {
+    return UnavailableError("location " + location.ToString() +
+                            ": this build of ferry has no CUDA support (built with "
+                            "FERRY_WITH_CUDA=OFF or without the CUDA toolkit)");
+  }
+#endif
+  return UnavailableError("location " + location.ToString() +
+                          ": this build of ferry does not reach that kind of device memory");
+}
+
+Status CopyLocalMemory(void* dst, const void* src, size_t length, bool device_involved) {
+#if FERRY_WITH_CUDA
+  if (length > 0 && cuda::Available().ok() &&
+      (device_involved || cuda::DeviceOf(dst).has_value() || cuda::DeviceOf(src).has_value())) {
+    return cuda::Copy(dst, src, length);
+  }
+#endif
+  if (device_involved) {
+    return UnavailableError("a local copy involves device memory, out of reach here");
+  }
+  std::memmove(dst, src, length);
+  return Status::Ok();
 }
 
 Result<std::vector<std::unique_ptr<Transport>>> CreateBuiltinTransports(

@@ -2,36 +2,19 @@
 
 #include <sys/un.h>
 
-#include <charconv>
 #include <climits>
 #include <vector>
+
+#include "transport/samehost/endpoint_text.h"
 
 namespace ferry::shm {
 namespace {
 
+using samehost::ParseDecimal;
+using samehost::SplitFields;
+
 constexpr std::string_view kAddressPrefix = "v1:";
 constexpr std::string_view kMappedPrefix = "mapped:";
-
-// A strict decimal: digits only, no leading zero unless "0", fits in uint64_t.
-bool ParseDecimal(std::string_view text, uint64_t* out) {
-  if (text.empty() || text.size() > 20 || (text.size() > 1 && text[0] == '0')) return false;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-  }
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-std::vector<std::string_view> Split(std::string_view text, char sep) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (;;) {
-    const size_t at = text.find(sep, start);
-    parts.push_back(text.substr(start, at == std::string_view::npos ? at : at - start));
-    if (at == std::string_view::npos) return parts;
-    start = at + 1;
-  }
-}
 
 }  // namespace
 
@@ -86,7 +69,7 @@ Result<BufferKey> DecodeBufferKey(std::string_view text) {
   if (text.substr(0, kMappedPrefix.size()) != kMappedPrefix) {
     return InvalidArgumentError("bad shm key '" + std::string(text.substr(0, 64)) + "'" + accepted);
   }
-  const std::vector<std::string_view> parts = Split(text.substr(kMappedPrefix.size()), ':');
+  const std::vector<std::string_view> parts = SplitFields(text.substr(kMappedPrefix.size()), ':');
   BufferKey key;
   key.mapped = true;
   if (parts.size() != 4 || !ParseDecimal(parts[0], &key.buffer_id) ||
