@@ -13,7 +13,7 @@ from . import _ferry
 from ._errors import (AgainError, AlreadyExistsError, BusyError, CanceledError, FerryError,
                       InternalError, InvalidArgumentError, NotFoundError, OverlapError,
                       PermissionDeniedError, StaleError, TimeoutError, UnavailableError)
-from .engine import (Batch, BatchStatus, Engine, ManagedBuffer, Notification, Read,
+from .engine import (Batch, BatchStatus, Engine, FileBuffer, ManagedBuffer, Notification, Read,
                      Registration, Request, Segment, SegmentBuffer, TaskStatus, Write)
 from .mooncake import TransferEngine, TransferNotify, TransferOpcode
 from .topology import local_topology
@@ -22,7 +22,7 @@ __version__ = _ferry.version()
 
 __all__ = [
     "TransferEngine", "TransferNotify", "TransferOpcode",
-    "Engine", "Segment", "SegmentBuffer", "Registration", "ManagedBuffer", "Batch",
+    "Engine", "Segment", "SegmentBuffer", "Registration", "FileBuffer", "ManagedBuffer", "Batch",
     "BatchStatus", "TaskStatus", "Notification", "Request", "Write", "Read", "local_topology",
     "FerryError", "InvalidArgumentError", "NotFoundError", "AlreadyExistsError", "OverlapError",
     "StaleError", "AgainError", "BusyError", "TimeoutError", "UnavailableError",

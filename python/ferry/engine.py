@@ -9,9 +9,17 @@ context managers; batches report per-task figures and can be awaited from asynci
         batch = eng.submit([ferry.Write(kv[0], peer, remote_addr)])
         await batch                       # or batch.wait()
 
+File buffers (the "file" transport, io_uring): a window of a file or block device registered as a
+buffer of the segment, reached by requests as memory is (on this engine's own segment, or from a
+peer that sees the same file through the path map):
+
+    with eng.register_local_file("/mnt/nvme/kv.bin", 1 << 30) as fb:
+        eng.write(eng.name, kv, fb.addr + 4096, sync=True)   # durable once it returns
+        eng.read(eng.name, back, fb.addr + 4096)
+
 Every call that can block or copy releases the GIL.
 Thread contract: an Engine and its Segments may be used from many threads; a Batch, a
-Registration and a ManagedBuffer belong to one thread at a time.
+Registration, a FileBuffer and a ManagedBuffer belong to one thread at a time.
 
 Lifetimes: a Registration, a ManagedBuffer (and every view of it) and a Batch each hold the
 engine itself, so closing (or dropping) the Engine object never unregisters memory that is
@@ -71,7 +79,9 @@ class BatchStatus:
 class TaskStatus:
     """One task's state and figures. Times are seconds on time.monotonic()'s clock (None: not
     yet); ``retries`` counts attempts after the first (a reconnect or another transport);
-    ``slice_size`` is the size the request was cut into (0: it went to no transport)."""
+    ``slice_size`` is the size the request was cut into (0: it went to no transport);
+    ``file_io`` says how a file buffer's bytes moved: "direct" (O_DIRECT), "buffered" (the page
+    cache) or "direct+buffered" ("" for memory)."""
 
     state: str
     transferred_bytes: int
@@ -82,6 +92,7 @@ class TaskStatus:
     ended_at: float
     retries: int
     slice_size: int = 0
+    file_io: str = ""
 
     @property
     def done(self):
@@ -107,7 +118,7 @@ class TaskStatus:
     def _of(cls, d):
         return cls(d["state"], d["transferred_bytes"], _error(d["error"]), d["transport"],
                    d["submitted_at"], d["started_at"], d["ended_at"], d["retries"],
-                   d["slice_size"])
+                   d["slice_size"], d["file_io"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +142,9 @@ class Notification:
 class Request:
     """One transfer: ``op`` "read" or "write"; ``local`` anything span_of accepts; ``segment`` a
     Segment or a segment name; ``remote_addr`` in the target's address space; ``length``
-    defaults to the local buffer's size; ``transport`` forces one ("" lets ferry choose)."""
+    defaults to the local buffer's size; ``transport`` forces one ("" lets ferry choose);
+    ``sync``: a write to a file buffer completes only after an fdatasync of its file (the sync
+    writes of one submit to one file share one); ignored for memory."""
 
     op: str
     local: object
@@ -139,11 +152,13 @@ class Request:
     remote_addr: int
     length: int = None
     transport: str = ""
+    sync: bool = False
 
 
-def Write(local, segment, remote_addr, length=None, transport=""):  # noqa: N802
-    """A write of ``local`` into ``segment`` at ``remote_addr``."""
-    return Request("write", local, segment, remote_addr, length, transport)
+def Write(local, segment, remote_addr, length=None, transport="", sync=False):  # noqa: N802
+    """A write of ``local`` into ``segment`` at ``remote_addr`` (``sync``: durable, for a file
+    buffer, once it completed)."""
+    return Request("write", local, segment, remote_addr, length, transport, sync)
 
 
 def Read(local, segment, remote_addr, length=None, transport=""):  # noqa: N802
@@ -265,6 +280,52 @@ class Registration:
                           self, e)
                 with _held_lock:
                     _held.append(self)  # resurrected: collected again once unregistered
+            except Exception:  # noqa: BLE001 (interpreter shutting down)
+                pass
+
+
+class FileBuffer:
+    """A window of a file or block device registered as a buffer of the engine's segment
+    (Engine.register_local_file), until close() (or the end of a ``with`` block, or its garbage
+    collection). Requests name its bytes as ``addr + (file offset - offset)``, on the engine's
+    own segment or, from a peer that sees the file through the path map, on this one. ``addr``
+    is never memory: it cannot be a request's local side. Holds the engine."""
+
+    def __init__(self, engine, addr, path, length, offset):
+        self._core = engine._core
+        self.addr = addr
+        self.path = path
+        self.length = length
+        self.offset = offset
+        self._open = True
+
+    def close(self):
+        """Unregisters (raises when that fails, e.g. TimeoutError while I/O on it did not
+        drain: it stays registered, closing)."""
+        if self._open:
+            self._core.unregister_file(self.addr)
+            self._open = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"FileBuffer(0x{self.addr:x}: {self.path!r} "
+                f"[{self.offset}, +{self.length}))")
+
+    def __del__(self):
+        if not getattr(self, "_open", False):
+            return
+        try:
+            self.close()
+        except NotFoundError:
+            self._open = False  # unregistered already (Engine.unregister_local_file)
+        except Exception as e:  # noqa: BLE001 (never raise at collection)
+            try:
+                log.error("unregistering %s at garbage collection failed: %s", self, e)
             except Exception:  # noqa: BLE001 (interpreter shutting down)
                 pass
 
@@ -548,7 +609,7 @@ class Engine:
 
     host: the address peers reach this engine at (its services listen there).
     metadata: "P2PHANDSHAKE" (default), "etcd://h:p", "redis://h:p", "http://h:p/metadata".
-    transports: names ("tcp", "shm", "rdma", "cxl") or ["auto"].
+    transports: names ("tcp", "shm", "rdma", "cxl", "file") or ["auto"].
     name: the segment name (default "<host>:<port>", the only form P2PHANDSHAKE accepts).
     port: the RPC port (0: a free one).
     options: any other EngineOptions field by name (include/ferry/options.h); durations in
@@ -651,6 +712,29 @@ class Engine:
     def managed_buffer(self, length, location="cpu"):
         return ManagedBuffer(self, self._core.allocate_managed(length, location), length)
 
+    # ---- file buffers ---------------------------------------------------------------------
+
+    def register_local_file(self, path, length, offset=0, host_paths=None, location="cpu"):
+        """Registers the bytes [offset, offset + length) of the file or block device at
+        ``path`` (it must be that large already) as a buffer of this segment, published with
+        the file's identity and a path map: ``host_paths`` ({host name: path of the same file
+        there}, for a volume several hosts mount) plus this host's path. Returns a FileBuffer
+        (a context manager that unregisters). Needs the "file" transport (io_uring):
+        InvalidArgumentError without it, or when the window leaves the file; NotFoundError /
+        PermissionDeniedError when the file cannot be opened."""
+        path = os.fspath(path)
+        addr = self._core.register_file(path, length, offset, dict(host_paths or {}), location)
+        return FileBuffer(self, addr, path, length, offset)
+
+    def unregister_local_file(self, buffer):
+        """Unregisters a file buffer (a FileBuffer, or its address): new requests to it fail
+        Stale, the I/O in flight on it drains (bounded: TimeoutError, and it stays closing),
+        then the file is closed. NotFoundError when no file buffer starts there."""
+        if isinstance(buffer, FileBuffer):
+            buffer.close()
+        else:
+            self._core.unregister_file(buffer)
+
     # ---- segments -------------------------------------------------------------------------
 
     def open(self, name):
@@ -684,7 +768,8 @@ class Engine:
                                 f"{type(r.remote_addr).__name__}")
             seg = self.open(r.segment)
             op = _ferry.OP_READ if reading else _ferry.OP_WRITE
-            tuples.append((op, span.addr, seg.id, r.remote_addr, span.length, r.transport))
+            tuples.append((op, span.addr, seg.id, r.remote_addr, span.length, r.transport,
+                           bool(r.sync)))
             keepalive.append(span)
         return tuples, keepalive
 
@@ -716,9 +801,12 @@ class Engine:
         del keepalive
         return status
 
-    def write(self, segment, local, remote_addr, length=None, notify=None, transport=""):
-        """Writes ``local`` to ``segment`` at ``remote_addr`` and waits; raises on failure."""
-        return self.transfer([Write(local, segment, remote_addr, length, transport)], notify)
+    def write(self, segment, local, remote_addr, length=None, notify=None, transport="",
+              sync=False):
+        """Writes ``local`` to ``segment`` at ``remote_addr`` and waits; raises on failure.
+        ``sync``: for a file buffer, returns once the bytes were fdatasync'ed."""
+        return self.transfer([Write(local, segment, remote_addr, length, transport, sync)],
+                             notify)
 
     def read(self, segment, local, remote_addr, length=None, transport=""):
         """Reads into ``local`` from ``segment`` at ``remote_addr`` and waits."""

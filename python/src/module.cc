@@ -12,11 +12,13 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "ferry/metrics.h"
@@ -135,6 +137,10 @@ EngineOptions OptionsFromDict(const py::dict& d) {
         o.metrics_host = value.cast<std::string>();
       } else if (key == "metrics_max_peers") {
         o.metrics_max_peers = value.cast<size_t>();
+      } else if (key == "file_queue_depth") {
+        o.file_queue_depth = value.cast<uint32_t>();
+      } else if (key == "file_direct_io") {
+        o.file_direct_io = value.cast<bool>();
       } else if (key == "log_level") {
         o.log_level = value.cast<std::string>();
       } else {
@@ -181,23 +187,32 @@ py::dict TaskDict(const TransferStatus& t) {
   d["ended_at"] = Seconds(t.ended_at);
   d["retries"] = t.retries;
   d["slice_size"] = t.slice_size;
+  d["file_io"] = t.file_io;
   return d;
 }
 
-// (opcode, local address, target segment id, remote address, length[, transport]) tuples, as
-// the Python layers build them.
+// (opcode, local address, target segment id, remote address, length, transport[, sync]) tuples,
+// as the Python layers build them (sync: TransferRequest::sync, for writes to file buffers;
+// false when left out).
 using RequestTuple = std::tuple<int, uint64_t, uint64_t, uint64_t, uint64_t, std::string>;
+using SyncRequestTuple = std::tuple<int, uint64_t, uint64_t, uint64_t, uint64_t, std::string, bool>;
+using AnyRequestTuple = std::variant<RequestTuple, SyncRequestTuple>;
 
-std::vector<TransferRequest> Requests(const std::vector<RequestTuple>& tuples) {
+std::vector<TransferRequest> Requests(const std::vector<AnyRequestTuple>& tuples) {
   std::vector<TransferRequest> out;
   out.reserve(tuples.size());
-  for (const auto& [op, local, target, remote, length, transport] : tuples) {
+  for (const AnyRequestTuple& any : tuples) {
+    const SyncRequestTuple t =
+        std::holds_alternative<SyncRequestTuple>(any)
+            ? std::get<SyncRequestTuple>(any)
+            : std::tuple_cat(std::get<RequestTuple>(any), std::make_tuple(false));
+    const auto& [op, local, target, remote, length, transport, sync] = t;
     if (op != static_cast<int>(OpCode::kRead) && op != static_cast<int>(OpCode::kWrite)) {
       Check(
           InvalidArgumentError("opcode must be 0 (read) or 1 (write), not " + std::to_string(op)));
     }
-    out.push_back(
-        TransferRequest{static_cast<OpCode>(op), Ptr(local), target, remote, length, transport});
+    out.push_back(TransferRequest{static_cast<OpCode>(op), Ptr(local), target, remote, length,
+                                  transport, sync});
   }
   return out;
 }
@@ -397,6 +412,23 @@ PYBIND11_MODULE(_ferry, m) {
           },
           py::arg("addrs"))
       .def(
+          "register_file",
+          [](PyEngine& self, const std::string& path, uint64_t length, uint64_t offset,
+             const std::map<std::string, std::string>& host_paths, const std::string& location) {
+            py::gil_scoped_release release;
+            return Unwrap(
+                self.engine().registerLocalFile(path, length, offset, host_paths, location));
+          },
+          py::arg("path"), py::arg("length"), py::arg("offset") = 0,
+          py::arg("host_paths") = std::map<std::string, std::string>{}, py::arg("location") = "cpu")
+      .def(
+          "unregister_file",
+          [](PyEngine& self, uint64_t addr) {
+            py::gil_scoped_release release;
+            Check(self.engine().unregisterLocalFile(addr));
+          },
+          py::arg("addr"))
+      .def(
           "allocate_managed",
           [](PyEngine& self, uint64_t length, const std::string& location) {
             py::gil_scoped_release release;
@@ -501,7 +533,7 @@ PYBIND11_MODULE(_ferry, m) {
           py::arg("segment"))
       .def(
           "submit",
-          [](PyEngine& self, const std::vector<RequestTuple>& tuples,
+          [](PyEngine& self, const std::vector<AnyRequestTuple>& tuples,
              const std::optional<py::bytes>& notify) {
             std::vector<TransferRequest> requests = Requests(tuples);
             std::optional<std::string> message = Notify(notify);
@@ -511,7 +543,7 @@ PYBIND11_MODULE(_ferry, m) {
           py::arg("requests"), py::arg("notify") = py::none())
       .def(
           "transfer",
-          [](PyEngine& self, const std::vector<RequestTuple>& tuples,
+          [](PyEngine& self, const std::vector<AnyRequestTuple>& tuples,
              const std::optional<py::bytes>& notify) {
             std::vector<TransferRequest> requests = Requests(tuples);
             std::optional<std::string> message = Notify(notify);

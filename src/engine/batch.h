@@ -90,6 +90,8 @@ struct Task {
 
   Mutex mu;
   Status first_error GUARDED_BY(mu);  // of the current attempt; the final reason once ended
+  // Slice::answered of the slice that set first_error: the target answered it (not the link).
+  bool first_error_answered GUARDED_BY(mu) = false;
 
   // Ends the task once at `now`; false when it had already ended. Counts it in its batch, and
   // sets *last_of_batch (when given) to whether it was the batch's last open task: exactly one

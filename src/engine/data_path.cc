@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "engine/builtin_transports.h"
 #include "engine/engine_impl.h"
 
 namespace ferry {
@@ -24,6 +25,8 @@ namespace {
 // Attempts after the first, for failures where the target's identity is unchanged.
 constexpr uint32_t kMaxRetries = 3;
 
+// Codes that, unless the target answered them (Slice::answered), mean the link or the transport
+// failed: cool-down, the link dropped, a retry. Answered, they are the target's verdict.
 bool TransportFailure(StatusCode code) {
   return code == StatusCode::kUnavailable || code == StatusCode::kTimeout ||
          code == StatusCode::kPermissionDenied || code == StatusCode::kInternal;
@@ -264,6 +267,7 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
                            ") before it was planned");
     }
     task->first_error = Status::Ok();
+    task->first_error_answered = false;
   }
   // A zero-length request is checked like any other (its local address inside a registered
   // region, its target address inside a published remote-accessible buffer, a transport that
@@ -426,10 +430,13 @@ Status TransferEngine::Impl::LocalCopy(Task* task, bool* file_target) {
   }
   char* local = static_cast<char*>(r.source);
   char* remote = reinterpret_cast<char*>(r.target_offset);
-  if (r.opcode == OpCode::kWrite) {
-    std::memmove(remote, local, r.length);
-  } else {
-    std::memmove(local, remote, r.length);
+  // memmove between host buffers; a checked cudaMemcpy when either side is device memory.
+  const bool device = target.location().is_device();
+  Status copied = r.opcode == OpCode::kWrite ? CopyLocalMemory(remote, local, r.length, device)
+                                             : CopyLocalMemory(local, remote, r.length, device);
+  if (!copied.ok()) {
+    task->slices_left.store(0);
+    return copied;
   }
   task->transferred.store(r.length);
   task->slices_left.store(0);
@@ -447,7 +454,23 @@ std::vector<std::string> TransferEngine::Impl::TransportsFor(const Task& task,
   // Both sides must have registered their memory with it (the local region may lie outside a
   // cxl window, say). A file transport registers no memory: it reaches the local side through
   // the task's pin.
-  if (!buffer.file.has_value()) task.local_pin.RetainBound(&order);
+  if (!buffer.file.has_value()) {
+    task.local_pin.RetainBound(&order);
+    return order;
+  }
+  // A file buffer: a file transport when the file is visible here (Reaches; this engine's own
+  // file always), else through the owner (tcp; never through tcp to this engine itself).
+  std::vector<std::string> bound = order;
+  task.local_pin.RetainBound(&bound);
+  const bool own = task.desc->incarnation == incarnation_;
+  std::erase_if(order, [&](const std::string& name) {
+    for (const engine::Candidate& c : candidates_) {
+      if (c.name != name) continue;
+      if (c.file_buffers) return !FindTransport(name)->Reaches(*task.desc, buffer);
+      return own || std::find(bound.begin(), bound.end(), name) == bound.end();
+    }
+    return true;
+  });
   return order;
 }
 
@@ -577,6 +600,7 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
 }
 
 void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
+  if (CompleteFileIo(slice, status)) return;  // the owner's side of a file access over tcp
   Task* task = static_cast<Task*>(slice->task);
   if (slice->io_path != 0) task->file_io.fetch_or(slice->io_path, std::memory_order_relaxed);
   // Lock-free and allocation-free (engine_metrics.h); before slices_left lets the task go.
@@ -595,7 +619,10 @@ void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
     }
   } else {
     MutexLock lock(task->mu);
-    if (task->first_error.ok()) task->first_error = status;
+    if (task->first_error.ok()) {
+      task->first_error = status;
+      task->first_error_answered = slice->answered;
+    }
   }
   if (task->slices_left.fetch_sub(1) == 1) {
     // Last slice of the attempt: the batch stays alive through `keep` until this returns.
@@ -606,9 +633,11 @@ void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
 
 void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
   Status error;
+  bool answered = false;  // Slice::answered: the target's verdict, the link is fine
   {
     MutexLock lock(task->mu);
     error = task->first_error;
+    answered = task->first_error_answered;
   }
   const std::string transport(task->transport->name());
   const std::string peer = task->desc->name;
@@ -635,7 +664,11 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
     return;
   }
   const StatusCode code = error.code();
-  if (TransportFailure(code)) {
+  // An error the target answered (Slice::answered: a refusal, its file I/O failing with ENOSPC
+  // or EIO) says nothing about the link: no cool-down, the link stays for the other requests on
+  // it, and no retry (the same request would get the same answer). Stale and an expired
+  // deadline keep their own endings below.
+  if (TransportFailure(code) && !answered) {
     policy_->ReportFailure(transport, peer);
     links_.Drop(transport, peer, task->desc->incarnation);  // re-established on next use
   }
@@ -652,12 +685,13 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
     return;
   }
   const bool before_deadline = clock_->Now() < task->deadline;
-  if (code == StatusCode::kTimeout && !before_deadline) {
+  if (code == StatusCode::kTimeout && (!before_deadline || answered)) {
     ReleaseAttempt(task);
     EndTask(task, TransferState::kTimeout, error);
     return;
   }
-  if (TransportFailure(code) && before_deadline && task->retries.load() < kMaxRetries) {
+  if (TransportFailure(code) && !answered && before_deadline &&
+      task->retries.load() < kMaxRetries) {
     task->retries.fetch_add(1);
     // Counted on the failed attempt's series (the retry may plan another transport), and only
     // once the retry is on its way.

@@ -226,8 +226,9 @@ TEST(DataPathPartialTest, RetriesKeepCountingWhatWasConfirmedBefore) {
 
 // The size a request is cut into: the carrying transport's preference when slice_size is 0
 // (tcp 256 KiB; rdma over the software "tcp;ofi_rxm" provider 4 MiB), an explicit value as
-// given, and either clamped to the smallest maximum of the installed transports (tcp's 1 GiB,
-// even for a task rdma carries), so that a retry on any of them keeps the task's slices.
+// given, and either clamped to the smallest maximum of the installed transports (tcp's 16 MiB,
+// the staging bound of a file access through the owner, even for a task rdma carries), so that a
+// retry on any of them keeps the task's slices.
 // transferred_bytes counts confirmed slice positions of that size: a cut of another size would
 // not add up to the length.
 TEST(SliceSizeTest, FollowsTheTransportUnlessSetAndFitsEveryInstalledOne) {
@@ -242,10 +243,10 @@ TEST(SliceSizeTest, FollowsTheTransportUnlessSetAndFitsEveryInstalledOne) {
   const Case cases[] = {
       {{"tcp"}, 0, "tcp", 256 * kKiB},
       {{"tcp"}, 64 * kKiB, "tcp", 64 * kKiB},
-      {{"tcp"}, 2 * kGiB, "tcp", kGiB},
+      {{"tcp"}, 2 * kGiB, "tcp", 16 * kMiB},
       {{"rdma"}, 0, "rdma", 4 * kMiB},
       {{"rdma", "tcp"}, 64 * kKiB, "rdma", 64 * kKiB},
-      {{"rdma", "tcp"}, 2 * kGiB, "rdma", kGiB},
+      {{"rdma", "tcp"}, 2 * kGiB, "rdma", 16 * kMiB},
   };
   std::vector<unsigned char> local(kBytes), remote(kBytes);
   for (const Case& c : cases) {

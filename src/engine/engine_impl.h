@@ -116,12 +116,24 @@ class TransferEngine::Impl final : public TransportContext {
                                std::string_view payload,
                                std::chrono::milliseconds timeout) override;
   uint64_t incarnation() const override { return incarnation_; }
+  // File buffers served through this engine (file_buffers.cc).
+  bool IsFileAddress(uint64_t addr) const override { return addr >= kFileAddressBase; }
+  Status StartFileIo(FileIo io, AccessPin pin) override;
 
  private:
   using BatchPtr = std::shared_ptr<engine::Batch>;
   enum class Plan { kReady, kEnded, kDeferred };
 
+  // Where file buffers' addresses lie (file_buffers.cc): [kFileAddressBase, 2^64), a range no
+  // process memory occupies.
+  static constexpr uint64_t kFileAddressBase = uint64_t{0xf} << 60;
+
   Status RegisterRpcHandlers();  // engine_rpc.cc
+  // file_buffers.cc: whether `slice` is one of StartFileIo's (then it is finished here: its
+  // `done` runs and it is freed); false for a task's slice.
+  bool CompleteFileIo(Slice* slice, const Status& status);
+  // The file transport's link to this engine's own segment (made on first use).
+  Result<std::shared_ptr<PeerLink>> OwnFileLink(Transport* carrier) EXCLUDES(file_link_mu_);
   // Init: reads advertise_host / port_range (or FERRY_ADVERTISE_HOST / FERRY_PORT_RANGE) into
   // advertise_host_ and ports_, resolving a wildcard bind to an address peers can dial; warns
   // once when a loopback address goes into a store that is not on loopback.
@@ -209,7 +221,9 @@ class TransferEngine::Impl final : public TransportContext {
   std::map<void*, Transport*> managed_ GUARDED_BY(managed_mu_);  // buffer -> its allocator
   // Where the next file buffer's addresses start (file_buffers.cc): a range no process memory
   // can occupy, never reused.
-  std::atomic<uint64_t> next_file_addr_{uint64_t{0xf} << 60};
+  std::atomic<uint64_t> next_file_addr_{kFileAddressBase};
+  Mutex file_link_mu_;
+  std::shared_ptr<PeerLink> own_file_link_ GUARDED_BY(file_link_mu_);  // OwnFileLink
 
   engine::BatchTable batches_;
   engine::DeadlineTimer timer_{Clock::Real()};

@@ -4,8 +4,13 @@
 // outside the published window.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -169,7 +174,8 @@ TEST_P(FileBufferTest, RoundTripsInsideTheWindowAndNothingOutside) {
   ASSERT_TRUE(engine_.registerLocalMemory(dst.data, dst.size).ok());
   for (size_t i = 0; i < src.size; ++i) src.data[i] = Pattern(i, 2);
 
-  // The published buffer: the window's length, reachable through the file transport only.
+  // The published buffer: the window's length, reachable through the file transport, and through
+  // this engine over tcp for peers that cannot open the file.
   ASSERT_TRUE(engine_.syncSegmentCache(engine_.localSegmentName()).ok());
   Result<std::vector<SegmentBuffer>> buffers = engine_.getSegmentBuffers(self_);
   ASSERT_TRUE(buffers.ok()) << buffers.status();
@@ -178,7 +184,7 @@ TEST_P(FileBufferTest, RoundTripsInsideTheWindowAndNothingOutside) {
     if (b.addr == *addr) {
       published = true;
       EXPECT_EQ(b.length, window);
-      EXPECT_EQ(b.transports, std::vector<std::string>{"file"});
+      EXPECT_EQ(b.transports, (std::vector<std::string>{"file", "tcp"}));
     }
   }
   EXPECT_TRUE(published);
@@ -418,7 +424,8 @@ TEST_P(FileBufferTest, PeerOnThisHostOpensTheFileThroughThePathMap) {
   EXPECT_EQ(std::memcmp(file.data(), mem.data, file.size()), 0);
   EXPECT_EQ(ReadFile(path, kMiB + 99, 1)[0], Pattern(kMiB + 99, 8));
 
-  // Another file at the same path: not the published one.
+  // Another file at the same path: not the published one, so the peer goes through the owner,
+  // whose file was deleted: FAILED naming it, and the other file untouched.
   ASSERT_EQ(::unlink(path.c_str()), 0);
   MakeFile(path, 2 * kMiB, 10);
   TransferEngine late;
@@ -428,8 +435,462 @@ TEST_P(FileBufferTest, PeerOnThisHostOpensTheFileThroughThePathMap) {
   ASSERT_TRUE(late.registerLocalMemory(mem.data, mem.size).ok());
   TransferStatus other = RunOne(late, {OpCode::kWrite, mem.data, *again, *addr, 4096});
   EXPECT_EQ(other.state, TransferState::kFailed);
-  EXPECT_NE(other.reason.message().find("another file"), std::string::npos) << other.reason;
+  EXPECT_EQ(other.transport, "tcp");
+  EXPECT_NE(other.reason.message().find("vanished"), std::string::npos) << other.reason;
   EXPECT_EQ(ReadFile(path, kMiB, 1)[0], Pattern(kMiB, 10));
+}
+
+// ---- through the owner ------------------------------------------------------------------
+// A peer that cannot open the file itself reaches it through its owner: the owner's tcp target
+// stages the bytes with its file transport (io_uring). To make the file invisible to a reader on
+// this host, the owner's file is renamed after registration: the owner keeps its open file, and
+// the path its path map names for this host holds nothing (or, below, another file).
+
+// The owner's tcp counter `name` (TransportMetrics::counters).
+uint64_t TcpCounter(const TransferEngine& engine, const std::string& name) {
+  for (const TransportMetrics& t : engine.getMetrics().transports) {
+    if (t.name != "tcp") continue;
+    for (const auto& [n, v] : t.counters) {
+      if (n == name) return v;
+    }
+  }
+  return 0;
+}
+
+// Holds the inode lock of a file, deterministically: a thread writes to the file from a page
+// whose first touch userfaultfd holds, and the kernel takes the file's lock before it copies
+// the bytes in; until Release, every other write to that file (an io_uring write of the owner
+// included) waits in the kernel behind it. Reads do not take that lock. Start returns null,
+// saying why in `why`, where userfaultfd is refused (unprivileged without
+// vm.unprivileged_userfaultfd, or a seccomp filter).
+class FileWriteHold {
+ public:
+  // Holds `path`'s lock with a 4096-byte write at `offset` (its bytes: `fill`); returns once the
+  // writer is inside the held fault (bounded: 10 s).
+  static std::unique_ptr<FileWriteHold> Start(const std::string& path, uint64_t offset,
+                                              uint8_t fill, std::string* why) {
+    std::unique_ptr<FileWriteHold> hold(new FileWriteHold());
+    hold->fill_ = fill;
+    hold->uffd_ = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    if (hold->uffd_ < 0) {
+      *why = std::string("userfaultfd: ") + std::strerror(errno);
+      return nullptr;
+    }
+    uffdio_api api{};
+    api.api = UFFD_API;
+    if (::ioctl(hold->uffd_, UFFDIO_API, &api) != 0) {
+      *why = std::string("UFFDIO_API: ") + std::strerror(errno);
+      return nullptr;
+    }
+    void* page = ::mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) {
+      *why = std::string("mmap: ") + std::strerror(errno);
+      return nullptr;
+    }
+    hold->page_ = static_cast<uint8_t*>(page);
+    uffdio_register reg{};
+    reg.range = {reinterpret_cast<uint64_t>(page), kPage};
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    if (::ioctl(hold->uffd_, UFFDIO_REGISTER, &reg) != 0) {
+      *why = std::string("UFFDIO_REGISTER: ") + std::strerror(errno);
+      return nullptr;
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+      *why = path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    hold->writer_ = std::thread([fd, page = hold->page_, offset, written = &hold->written_] {
+      *written = ::pwrite(fd, page, kPage, static_cast<off_t>(offset));
+      ::close(fd);
+    });
+    // The fault arrives once the writer holds the lock (bounded poll on the event).
+    pollfd p{hold->uffd_, POLLIN, 0};
+    uffd_msg msg{};
+    if (::poll(&p, 1, 10000) != 1 || ::read(hold->uffd_, &msg, sizeof(msg)) != sizeof(msg) ||
+        msg.event != UFFD_EVENT_PAGEFAULT) {
+      *why = "the held write never faulted";
+      hold->Release();
+      return nullptr;
+    }
+    return hold;
+  }
+  ~FileWriteHold() {
+    Release();
+    if (page_ != nullptr) ::munmap(page_, kPage);
+    if (uffd_ >= 0) ::close(uffd_);
+  }
+  // Lets the held write (and every write behind it) go; returns once it ended. Idempotent.
+  void Release() {
+    if (!writer_.joinable()) return;
+    std::vector<uint8_t> bytes(kPage, fill_);
+    uffdio_copy copy{};
+    copy.dst = reinterpret_cast<uint64_t>(page_);
+    copy.src = reinterpret_cast<uint64_t>(bytes.data());
+    copy.len = kPage;
+    (void)::ioctl(uffd_, UFFDIO_COPY, &copy);
+    writer_.join();
+  }
+  ssize_t written() const { return written_; }
+
+ private:
+  static constexpr uint64_t kPage = 4096;
+  FileWriteHold() = default;
+  int uffd_ = -1;
+  uint8_t* page_ = nullptr;
+  uint8_t fill_ = 0;
+  ssize_t written_ = -1;
+  std::thread writer_;
+};
+
+// Reads and writes at odd sizes and offsets through the owner (TransferStatus::transport "tcp"),
+// every byte checked in the file, the bytes around the window untouched; requests leaving the
+// window refused; many large writes at once stay within the owner's per-connection staging (the
+// excess waits, counted); after the owner registers the file again, a request planned against the
+// old registration fails Stale (never re-aimed), and the new one is reached after the refresh.
+TEST(FileThroughOwnerTest, ReadsAndWritesThroughTheOwnerInsideTheWindowOnly) {
+  SKIP_WITHOUT_IO_URING();
+  TempDir dir(fs::temp_directory_path().string());
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/owned";
+  const std::string moved = dir.path + "/owned.moved";
+  const uint64_t file_size = 8 * kMiB;
+  const uint64_t window_offset = kMiB + 3 * 4096 + 5;
+  const uint64_t window = 4 * kMiB;
+  MakeFile(path, file_size, 11);
+  TransferEngine owner;
+  ASSERT_TRUE(owner.init(FileEngineOptions()).ok());
+  Result<uint64_t> addr = owner.registerLocalFile(path, window, window_offset);
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
+
+  TransferEngine reader;
+  ASSERT_TRUE(reader.init(FileEngineOptions()).ok());
+  Result<SegmentId> seg = reader.openSegment(owner.localSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  Memory src(8 * kMiB);
+  Memory dst(8 * kMiB);
+  for (size_t i = 0; i < src.size; ++i) src.data[i] = Pattern(i, 12);
+  ASSERT_TRUE(reader.registerLocalMemory(src.data, src.size).ok());
+  ASSERT_TRUE(reader.registerLocalMemory(dst.data, dst.size).ok());
+
+  std::vector<uint8_t> expected = ReadFile(moved, 0, file_size);
+  struct Case {
+    uint64_t src_offset;
+    uint64_t target_offset;
+    uint64_t length;
+  };
+  const Case cases[] = {
+      {0, 0, 64 * kKiB},   {4096, 8192, 3 * kMiB / 2}, {5, 7, 1},
+      {4095, 4093, 65537}, {123, window - 4097, 4097}, {0, window - 3 * kMiB, 3 * kMiB}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("target offset " + std::to_string(c.target_offset) + " length " +
+                 std::to_string(c.length));
+    TransferStatus w = RunOne(
+        reader, {OpCode::kWrite, src.data + c.src_offset, *seg, *addr + c.target_offset, c.length});
+    ASSERT_EQ(w.state, TransferState::kCompleted) << w.reason;
+    EXPECT_EQ(w.transport, "tcp");  // through the owner
+    std::memcpy(expected.data() + window_offset + c.target_offset, src.data + c.src_offset,
+                c.length);
+    std::memset(dst.data, 0, c.length + 8192);
+    TransferStatus r = RunOne(
+        reader, {OpCode::kRead, dst.data + c.src_offset, *seg, *addr + c.target_offset, c.length});
+    ASSERT_EQ(r.state, TransferState::kCompleted) << r.reason;
+    EXPECT_EQ(r.transport, "tcp");
+    EXPECT_EQ(std::memcmp(dst.data + c.src_offset, src.data + c.src_offset, c.length), 0);
+  }
+  for (const auto& [offset, length] : std::vector<std::pair<int64_t, uint64_t>>{
+           {static_cast<int64_t>(window) - 10, 20}, {-1, 2}, {static_cast<int64_t>(window), 1}}) {
+    TransferStatus s = RunOne(reader, {OpCode::kWrite, src.data, *seg, *addr + offset, length});
+    EXPECT_EQ(s.state, TransferState::kFailed);
+  }
+  EXPECT_EQ(ReadFile(moved, 0, file_size), expected);  // inside as written, outside untouched
+  EXPECT_GT(TcpCounter(owner, "file_accesses"), 0u);
+
+  // 20 reads of the whole window at once, cut into 1 MiB slices over the link's connections:
+  // more than one connection's staging (16 MiB) at a time; the excess waits, nothing is lost.
+  // (Another reader, without payload checksums: this part is about volume, and stays quick
+  // under the sanitizers.)
+  EngineOptions bulk_options = FileEngineOptions();
+  bulk_options.slice_size = kMiB;
+  bulk_options.tcp_payload_checksum = false;
+  TransferEngine bulk;
+  ASSERT_TRUE(bulk.init(bulk_options).ok());
+  Result<SegmentId> bulk_seg = bulk.openSegment(owner.localSegmentName());
+  ASSERT_TRUE(bulk_seg.ok()) << bulk_seg.status();
+  constexpr int kCopies = 20;
+  Memory copies(kCopies * window);
+  ASSERT_TRUE(bulk.registerLocalMemory(copies.data, copies.size).ok());
+  std::vector<TransferRequest> many;
+  for (int i = 0; i < kCopies; ++i) {
+    many.push_back({OpCode::kRead, copies.data + i * window, *bulk_seg, *addr, window});
+  }
+  for (const TransferStatus& s : RunBatch(bulk, many)) {
+    EXPECT_EQ(s.state, TransferState::kCompleted) << s.reason;
+  }
+  for (int i = 0; i < kCopies; ++i) {
+    EXPECT_EQ(std::memcmp(copies.data + i * window, expected.data() + window_offset, window), 0)
+        << "copy " << i;
+  }
+  EXPECT_GT(TcpCounter(owner, "file_staging_waits"), 0u);
+
+  // Registered again (a new registration: a new address and generation): a request planned
+  // against the old one is Stale, never re-aimed at the new one.
+  ASSERT_TRUE(owner.unregisterLocalFile(*addr).ok());
+  Result<uint64_t> again = owner.registerLocalFile(moved, window, window_offset);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(::rename(moved.c_str(), path.c_str()), 0);  // invisible to the reader again
+  TransferStatus stale = RunOne(reader, {OpCode::kWrite, dst.data, *seg, *addr, 4096});
+  EXPECT_EQ(stale.state, TransferState::kFailed);
+  EXPECT_EQ(stale.reason.code(), StatusCode::kStale) << stale.reason;
+  TransferStatus fresh = RunOne(reader, {OpCode::kRead, dst.data, *seg, *again + 3, 5000});
+  ASSERT_EQ(fresh.state, TransferState::kCompleted) << fresh.reason;
+  EXPECT_EQ(fresh.transport, "tcp");
+  EXPECT_EQ(std::memcmp(dst.data, expected.data() + window_offset + 3, 5000), 0);
+  EXPECT_EQ(ReadFile(path, 0, file_size), expected);
+}
+
+// Unregistering on the owner while a peer writes through it: unregisterLocalFile waits for the
+// owner-side I/O in flight, and after it returns no byte reaches the file; every request ends
+// COMPLETED or FAILED with a reason. Then a file truncated under the owner: a read through it
+// fails, naming the truncation.
+TEST(FileThroughOwnerTest, UnregisterDrainsOwnerIoAndATruncatedFileFailsNamingIt) {
+  SKIP_WITHOUT_IO_URING();
+  TempDir dir(fs::temp_directory_path().string());
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/drained";
+  const std::string moved = dir.path + "/drained.moved";
+  MakeFile(path, 4 * kMiB, 6);
+  TransferEngine owner;
+  ASSERT_TRUE(owner.init(FileEngineOptions()).ok());
+  Result<uint64_t> addr = owner.registerLocalFile(path, 4 * kMiB);
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);
+  TransferEngine reader;
+  ASSERT_TRUE(reader.init(FileEngineOptions()).ok());
+  Result<SegmentId> seg = reader.openSegment(owner.localSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  Memory mem(4 * kMiB);
+  std::memset(mem.data, 0x5a, mem.size);
+  ASSERT_TRUE(reader.registerLocalMemory(mem.data, mem.size).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> completed{0};
+  std::atomic<int> refused{0};
+  std::atomic<int> unexpected{0};
+  std::thread traffic([&] {
+    while (!stop.load()) {
+      std::vector<TransferRequest> batch;
+      for (uint64_t i = 0; i < 16; ++i) {
+        batch.push_back(
+            {OpCode::kWrite, mem.data + i * 256 * kKiB, *seg, *addr + i * 256 * kKiB, 256 * kKiB});
+      }
+      for (const TransferStatus& s : RunBatch(reader, batch)) {
+        if (s.state == TransferState::kCompleted) {
+          EXPECT_EQ(s.transport, "tcp");
+          ++completed;
+        } else if (s.reason.code() == StatusCode::kStale ||
+                   s.reason.code() == StatusCode::kNotFound ||
+                   s.reason.code() == StatusCode::kInvalidArgument) {
+          ++refused;
+        } else {
+          ++unexpected;
+          ADD_FAILURE() << s.reason;
+        }
+      }
+    }
+  });
+  // The bytes that overwrite the file the moment unregisterLocalFile returns (made beforehand,
+  // so that an owner-side write still under way then would land after them).
+  std::vector<uint8_t> after(4 * kMiB);
+  for (uint64_t i = 0; i < after.size(); ++i) after[i] = Pattern(i, 7);
+  const int fd = ::open(moved.c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << moved;
+  ASSERT_TRUE(WaitFor([&] { return completed.load() > 32; }, 20s));
+  ASSERT_TRUE(owner.unregisterLocalFile(*addr).ok());
+  // From here nothing may write the file: overwrite it, let traffic run on, check it stayed.
+  const ssize_t wrote = ::pwrite(fd, after.data(), after.size(), 0);
+  ::close(fd);
+  ASSERT_EQ(wrote, static_cast<ssize_t>(after.size()));
+  const int before = refused.load();
+  ASSERT_TRUE(WaitFor([&] { return refused.load() > before + 32; }, 20s));
+  stop = true;
+  traffic.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  std::vector<uint8_t> file = ReadFile(moved, 0, 4 * kMiB);
+  for (uint64_t i = 0; i < file.size(); ++i) {
+    if (file[i] != Pattern(i, 7)) {
+      ADD_FAILURE() << "byte " << i << " written after unregister";
+      break;
+    }
+  }
+
+  // Truncated under the owner: the owner's read meets it and the reader's task names it.
+  Result<uint64_t> second = owner.registerLocalFile(moved, 4 * kMiB);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(::rename(moved.c_str(), path.c_str()), 0);
+  ASSERT_TRUE(reader.syncSegmentCache(owner.localSegmentName()).ok());
+  TransferStatus ok = RunOne(reader, {OpCode::kRead, mem.data, *seg, *second + 2 * kMiB, 4096});
+  ASSERT_EQ(ok.state, TransferState::kCompleted) << ok.reason;
+  EXPECT_EQ(ok.transport, "tcp");
+  EXPECT_EQ(mem.data[0], Pattern(2 * kMiB, 7));
+  ASSERT_EQ(::truncate(path.c_str(), kMiB), 0);
+  TransferStatus cut = RunOne(reader, {OpCode::kRead, mem.data, *seg, *second + 2 * kMiB, 4096});
+  EXPECT_EQ(cut.state, TransferState::kFailed);
+  EXPECT_NE(cut.reason.message().find("truncated to 1048576 bytes"), std::string::npos)
+      << cut.reason;
+}
+
+// The owner's write to the file held in the kernel (FileWriteHold): unregisterLocalFile cannot
+// drain it and ends Timeout, the region closing (a new request fails Stale), nothing of the held
+// write in the file yet; once the kernel lets it go it lands and completes, and unregistering
+// again drains at once. Deterministic: the owner's I/O is in flight for as long as the test says.
+TEST(FileThroughOwnerTest, UnregisterWaitsForAnOwnerWriteHeldInTheKernel) {
+  SKIP_WITHOUT_IO_URING();
+  // tmpfs: its reads never wait for the held lock (some disk file systems' reads do).
+  TempDir dir("/dev/shm");
+  ASSERT_FALSE(dir.path.empty());
+  const std::string path = dir.path + "/held";
+  const std::string moved = dir.path + "/held.moved";
+  MakeFile(path, 2 * kMiB, 3);
+  EngineOptions options = FileEngineOptions();
+  options.unregister_drain_timeout = 200ms;
+  auto owned = std::make_unique<TransferEngine>();
+  TransferEngine& owner = *owned;
+  ASSERT_TRUE(owner.init(options).ok());
+  Result<uint64_t> addr = owner.registerLocalFile(path, kMiB);
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  ASSERT_EQ(::rename(path.c_str(), moved.c_str()), 0);  // the reader goes through the owner
+  TransferEngine reader;
+  ASSERT_TRUE(reader.init(FileEngineOptions()).ok());
+  Result<SegmentId> seg = reader.openSegment(owner.localSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  Memory mem(64 * kKiB);
+  for (uint64_t i = 0; i < mem.size; ++i) mem.data[i] = Pattern(i, 4);
+  ASSERT_TRUE(reader.registerLocalMemory(mem.data, mem.size).ok());
+  ASSERT_EQ(RunOne(reader, {OpCode::kRead, mem.data, *seg, *addr, 4096}).transport, "tcp");
+  for (uint64_t i = 0; i < mem.size; ++i) mem.data[i] = Pattern(i, 4);
+
+  std::string why;
+  std::unique_ptr<FileWriteHold> hold =
+      FileWriteHold::Start(moved, kMiB + 64 * kKiB, 0xee, &why);  // outside the window
+  if (hold == nullptr) GTEST_SKIP() << "cannot hold a file write here: " << why;
+  const uint64_t started = TcpCounter(owner, "file_accesses");
+  TransferStatus held;
+  std::thread write([&] {
+    held = RunOne(reader, {OpCode::kWrite, mem.data, *seg, *addr + 8192, mem.size});
+  });
+  // The owner started its file write (pinned, in the kernel behind the hold).
+  EXPECT_TRUE(WaitFor([&] { return TcpCounter(owner, "file_accesses") > started; }, 10s));
+  const Status first = owner.unregisterLocalFile(*addr);
+  EXPECT_EQ(first.code(), StatusCode::kTimeout) << first;  // Ok: it did not wait for the write
+  TransferStatus refused = RunOne(reader, {OpCode::kRead, mem.data, *seg, *addr, 4096});
+  EXPECT_EQ(refused.reason.code(), StatusCode::kStale) << refused.reason;
+  EXPECT_EQ(ReadFile(moved, 8192, 1)[0], Pattern(8192, 3));  // not landed yet
+  hold->Release();
+  EXPECT_EQ(hold->written(), 4096);
+  write.join();
+  EXPECT_EQ(held.state, TransferState::kCompleted) << held.reason;
+  EXPECT_EQ(held.transport, "tcp");
+  const Status second = owner.unregisterLocalFile(*addr);  // resumes the drain: nothing left
+  EXPECT_TRUE(second.ok()) << second;
+  std::vector<uint8_t> file = ReadFile(moved, 8192, mem.size);
+  EXPECT_EQ(std::memcmp(file.data(), mem.data, mem.size), 0);
+
+  // The owner destroyed while its write is held: its tcp target closes the connection (the
+  // reader's task fails), and the write, still in the kernel, ends after that into staging that
+  // outlived the connection (the sanitizers check); the destructor waits for it.
+  Result<uint64_t> last = owner.registerLocalFile(moved, kMiB);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_EQ(::rename(moved.c_str(), path.c_str()), 0);  // invisible to the reader again
+  ASSERT_TRUE(reader.syncSegmentCache(owner.localSegmentName()).ok());
+  hold = FileWriteHold::Start(path, kMiB + 64 * kKiB, 0xdd, &why);
+  ASSERT_NE(hold, nullptr) << why;
+  const uint64_t before = TcpCounter(owner, "file_accesses");
+  TransferStatus cut;
+  std::thread cut_write([&] {
+    cut = RunOne(reader, {OpCode::kWrite, mem.data, *seg, *last, mem.size});
+  });
+  EXPECT_TRUE(WaitFor([&] { return TcpCounter(owner, "file_accesses") > before; }, 10s));
+  std::thread destroy([&] { owned.reset(); });
+  cut_write.join();  // ends once the owner's tcp target is gone
+  EXPECT_EQ(cut.state, TransferState::kFailed) << cut.reason;
+  hold->Release();
+  destroy.join();
+}
+
+// The owner's file system full: a write through the owner fails, naming ENOSPC, at once (no
+// retry). That answer is the owner's verdict on the request, not on the tcp link: a memory write
+// to the owner right after completes over the same connections (none opened anew), and what
+// fits in the file still goes. The file system is a size-limited tmpfs this test mounts (root
+// only; skipped otherwise).
+TEST(FileThroughOwnerTest, OwnersFullFileSystemFailsTheTaskAndKeepsTheLink) {
+  SKIP_WITHOUT_IO_URING();
+  TempDir dir(fs::temp_directory_path().string());
+  ASSERT_FALSE(dir.path.empty());
+  const std::string mnt = dir.path + "/small";
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0700), 0);
+  if (::mount("ferry-test", mnt.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a size-limited tmpfs here (" << std::strerror(errno)
+                 << "; needs root): full file system through the owner not run";
+  }
+  struct Unmount {  // as in FullFileSystemFailsNamingEnospc
+    std::string at;
+    void Now() {
+      if (!at.empty()) ::umount2(at.c_str(), MNT_DETACH);
+      at.clear();
+    }
+    ~Unmount() { Now(); }
+  } unmount{mnt};
+  const std::string path = mnt + "/spill";
+  {
+    const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 4 * kMiB), 0);  // sparse: larger than the file system
+    // Its first 64 KiB allocated: rewriting them needs no room on a full file system.
+    const std::vector<uint8_t> head(64 * kKiB, 1);
+    ASSERT_EQ(::pwrite(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+    ::close(fd);
+  }
+  TransferEngine owner;
+  ASSERT_TRUE(owner.init(FileEngineOptions()).ok());
+  Result<uint64_t> addr = owner.registerLocalFile(path, 4 * kMiB);
+  ASSERT_TRUE(addr.ok()) << addr.status();
+  unmount.Now();  // the path is gone: the reader reaches the file through its owner only
+  Memory target(8 * kMiB);
+  ASSERT_TRUE(owner.registerLocalMemory(target.data, target.size).ok());
+
+  TransferEngine reader;
+  ASSERT_TRUE(reader.init(FileEngineOptions()).ok());
+  Result<SegmentId> seg = reader.openSegment(owner.localSegmentName());
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  Memory mem(8 * kMiB);
+  for (uint64_t i = 0; i < mem.size; ++i) mem.data[i] = Pattern(i, 9);
+  ASSERT_TRUE(reader.registerLocalMemory(mem.data, mem.size).ok());
+  const TransferRequest to_memory{OpCode::kWrite, mem.data, *seg,
+                                  reinterpret_cast<uint64_t>(target.data), target.size};
+  // 8 stripes of one request: every connection of the link opened.
+  TransferStatus warm = RunOne(reader, to_memory);
+  ASSERT_EQ(warm.state, TransferState::kCompleted) << warm.reason;
+  ASSERT_EQ(warm.transport, "tcp");
+  const uint64_t opened = TcpCounter(reader, "connections_opened");
+  ASSERT_GT(opened, 0u);
+
+  TransferStatus full = RunOne(reader, {OpCode::kWrite, mem.data, *seg, *addr, 4 * kMiB});
+  EXPECT_EQ(full.state, TransferState::kFailed);
+  EXPECT_EQ(full.transport, "tcp");
+  EXPECT_NE(full.reason.message().find("ENOSPC"), std::string::npos) << full.reason;
+  EXPECT_EQ(full.retries, 0u) << "the owner's storage error was retried";
+
+  std::memset(target.data, 0, target.size);
+  TransferStatus after = RunOne(reader, to_memory);
+  ASSERT_EQ(after.state, TransferState::kCompleted) << after.reason;
+  EXPECT_EQ(after.transport, "tcp");
+  EXPECT_EQ(after.retries, 0u);
+  EXPECT_EQ(std::memcmp(target.data, mem.data, target.size), 0);
+  EXPECT_EQ(TcpCounter(reader, "connections_opened"), opened) << "the tcp link was dropped";
+  TransferStatus head = RunOne(reader, {OpCode::kWrite, mem.data, *seg, *addr, 64 * kKiB});
+  EXPECT_EQ(head.state, TransferState::kCompleted) << head.reason;
+  EXPECT_TRUE(owner.unregisterLocalFile(*addr).ok());
 }
 
 // A full file system: writes fail with ENOSPC named, and complete again once there is room.
@@ -475,6 +936,9 @@ TEST(FileBufferFullTest, FullFileSystemFailsNamingEnospc) {
   TransferStatus full = RunOne(engine, {OpCode::kWrite, mem.data, *self, *addr, 4 * kMiB});
   EXPECT_EQ(full.state, TransferState::kFailed);
   EXPECT_NE(full.reason.message().find("ENOSPC"), std::string::npos) << full.reason;
+  // The device's verdict about this request (Slice::answered), not a failing transport: no
+  // retry, no cool-down.
+  EXPECT_EQ(full.retries, 0u) << "the storage error was retried";
   // What fits still goes.
   TransferStatus small = RunOne(engine, {OpCode::kWrite, mem.data, *self, *addr, 64 * kKiB});
   EXPECT_EQ(small.state, TransferState::kCompleted) << small.reason;

@@ -4,14 +4,27 @@
 //
 // Representation: the registry holds a file buffer as a region like any other (generation,
 // pins, the safe unregister order), at addresses this engine assigns from a range no process
-// memory occupies (next_file_addr_), with RegionSpec::file set: the window's identity and path
-// map, published as BufferDesc::file. Its one binding is the file transport's, whose
-// unregister callback closes the file after the region's pins drained. The data path routes a
-// request whose covering buffer is a file window to that transport (selection_policy.cc),
-// including requests to this engine's own segment (never a memcpy), and refuses a file
-// address as a request's local side.
+// memory occupies ([kFileAddressBase, 2^64): next_file_addr_), with RegionSpec::file set: the
+// window's identity and path map, published as BufferDesc::file. Its bindings: the file
+// transport's, whose unregister callback closes the file after the region's pins drained, and,
+// when tcp is installed, tcp's, through which peers that cannot open the file reach it (below).
+// The data path routes a request whose covering buffer is a file window to the file transport
+// when that reaches it (this engine's own segment: always, never a memcpy; a peer's: when the
+// file is visible here, Transport::Reaches), through the owner over tcp otherwise
+// (selection_policy.cc); it refuses a file address as a request's local side.
+//
+// Through the owner: the owner's tcp target, on an access to a file address, pins it as any
+// remote access (PinRemoteAccess, for "tcp": generation, window, closing) and calls StartFileIo,
+// which hands the file transport one slice between the file and the target's staging buffer,
+// planned against this engine's own segment: the file transport pins it again (for "file") and
+// holds both pins until the I/O ended, so an unregister drains owner-side I/O exactly as it
+// drains memory accesses. Its completion comes back through CompleteSlice (CompleteFileIo),
+// marked by Slice::task pointing at kFileIoTag, and runs the target's callback.
 #include <climits>
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include "engine/engine_impl.h"
 
@@ -21,6 +34,16 @@ namespace {
 
 constexpr uint64_t kFileAlign = uint64_t{2} << 20;  // file buffers start 2 MiB apart at least
 constexpr size_t kMaxHostPaths = 64;                // as the codec (FileWindow::paths)
+// The transport whose target serves file buffers through their owner (StartFileIo).
+constexpr std::string_view kOwnerTransport = "tcp";
+
+// A StartFileIo in flight: the slice the file transport carries, what to run when it ends, and
+// the caller's pin (held with the file transport's own until then).
+struct FileIoSlice : Slice {
+  std::function<void(const Status&)> done;
+  AccessPin pin;
+};
+char kFileIoTag;  // Slice::task of every FileIoSlice
 
 }  // namespace
 
@@ -79,7 +102,24 @@ Result<uint64_t> TransferEngine::Impl::RegisterFile(
   spec.file = std::move(window);
   spec.binding.transport = std::string(carrier->name());
   spec.binding.on_unregister = [carrier, addr] { return carrier->UnregisterFile(addr); };
-  Result<uint64_t> generation = registry_->Register(spec);
+  std::vector<RegionSpec> specs{spec};
+  if (Transport* owner_path = FindTransport(kOwnerTransport)) {
+    // The second binding: peers that cannot open the file go through this engine over tcp.
+    Result<std::string> key =
+        owner_path->RegisterMemory(addr, length, where, MemoryAccess::kRemote);
+    if (!key.ok()) {
+      carrier->UnregisterFile(addr).IgnoreError();
+      return key.status().WithContext("registerLocalFile: registering with tcp");
+    }
+    RegionSpec through = spec;
+    through.binding.transport = std::string(kOwnerTransport);
+    through.binding.key = std::move(key).value();
+    through.binding.on_unregister = [owner_path, addr, length] {
+      return owner_path->UnregisterMemory(addr, length);
+    };
+    specs.push_back(std::move(through));
+  }
+  Result<std::vector<uint64_t>> generation = registry_->RegisterBatch(specs);
   if (!generation.ok()) {
     carrier->UnregisterFile(addr).IgnoreError();
     return generation.status();
@@ -95,11 +135,64 @@ Result<uint64_t> TransferEngine::Impl::RegisterFile(
 }
 
 Status TransferEngine::Impl::UnregisterFile(uint64_t addr) {
-  Result<BufferDesc> region = registry_->Lookup(addr);
-  if (!region.ok() || region->addr != addr || !region->file.has_value()) {
+  // Every region at a file address is a file buffer. Not Lookup: it hides a closing region, and
+  // a call whose drain timed out leaves the buffer closing, for this call to resume the wait.
+  if (!IsFileAddress(addr)) {
     return NotFoundError("unregisterLocalFile: no file buffer starts at " + std::to_string(addr));
   }
-  return UnregisterMemory({reinterpret_cast<void*>(addr)}, true);
+  Status s = UnregisterMemory({reinterpret_cast<void*>(addr)}, true);
+  if (s.code() == StatusCode::kNotFound) return s.WithContext("unregisterLocalFile");
+  return s;
+}
+
+Result<std::shared_ptr<PeerLink>> TransferEngine::Impl::OwnFileLink(Transport* carrier) {
+  MutexLock lock(file_link_mu_);
+  if (own_file_link_ == nullptr) {
+    ASSIGN_OR_RETURN(own_file_link_, carrier->Connect(base_desc_));  // base_desc_: this engine
+  }
+  return own_file_link_;
+}
+
+Status TransferEngine::Impl::StartFileIo(FileIo io, AccessPin pin) {
+  if (!IsFileAddress(io.addr) || io.staging == nullptr ||
+      (io.op != OpCode::kRead && io.op != OpCode::kWrite)) {
+    return InvalidArgumentError("StartFileIo: [" + std::to_string(io.addr) + ", +" +
+                                std::to_string(io.length) +
+                                ") is not a file access with a staging buffer");
+  }
+  Transport* carrier = nullptr;
+  for (const auto& t : transports_) {
+    if (t->capabilities().file_buffers) carrier = t.get();
+  }
+  if (carrier == nullptr) return UnavailableError("no file transport serves file buffers here");
+  ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, OwnFileLink(carrier));
+  auto* slice = new FileIoSlice();
+  slice->op = io.op;
+  slice->local_addr = reinterpret_cast<uint64_t>(io.staging);
+  slice->remote_addr = io.addr;
+  slice->length = io.length;
+  slice->remote_generation = io.generation;
+  slice->peer_incarnation = io.incarnation;
+  slice->deadline = io.deadline;
+  slice->task = &kFileIoTag;
+  slice->done = std::move(io.done);
+  slice->pin = std::move(pin);
+  Slice* const slices[] = {slice};
+  Status submitted = carrier->Submit(*link, slices);
+  if (!submitted.ok()) {
+    delete slice;  // nothing was queued or completed (the Transport contract): `done` never runs
+    return submitted.WithContext("file buffer access through the owner");
+  }
+  return Status::Ok();
+}
+
+bool TransferEngine::Impl::CompleteFileIo(Slice* slice, const Status& status) {
+  if (slice->task != &kFileIoTag) return false;
+  std::unique_ptr<FileIoSlice> io(static_cast<FileIoSlice*>(slice));
+  std::function<void(const Status&)> done = std::move(io->done);
+  io.reset();  // both pins go before the caller learns the I/O ended
+  done(status);
+  return true;
 }
 
 }  // namespace ferry

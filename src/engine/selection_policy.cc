@@ -1,6 +1,7 @@
 #include "engine/selection_policy.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace ferry::engine {
 
@@ -16,17 +17,22 @@ std::vector<std::string> SelectionPolicy::Order(const BufferDesc& remote,
                                                 const std::vector<Candidate>& installed,
                                                 bool same_host, std::string_view peer,
                                                 std::string_view hint) const {
-  std::vector<std::string> usable;
+  std::vector<std::pair<bool, std::string>> ranked;  // (not a file transport, name)
   for (const Candidate& c : installed) {
     if (!hint.empty() && c.name != hint) continue;
     if (remote.keys.find(c.name) == remote.keys.end()) continue;  // peer did not register it
-    if (c.file_buffers != remote.file.has_value()) continue;
+    // A file transport carries file buffers only. A file buffer goes to a file transport, or
+    // through its owner over a transport the owner registered it with (tcp).
+    if (c.file_buffers && !remote.file.has_value()) continue;
     if (c.same_host_only && !same_host) continue;
-    usable.push_back(c.name);
+    ranked.emplace_back(!c.file_buffers, c.name);
   }
-  std::stable_sort(usable.begin(), usable.end(), [](const std::string& a, const std::string& b) {
-    return Priority(a) < Priority(b);
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    if (a.first != b.first) return !a.first;  // a file transport first: it reads the file here
+    return Priority(a.second) < Priority(b.second);
   });
+  std::vector<std::string> usable;
+  for (auto& [not_file, name] : ranked) usable.push_back(std::move(name));
   // Links in cool-down go after the healthy ones (still usable as a last resort).
   std::vector<std::string> healthy;
   std::vector<std::string> cooling;

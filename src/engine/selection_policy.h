@@ -1,10 +1,12 @@
 // SelectionPolicy (DESIGN.md, Selection): which transports may carry a request, best first.
 //
-// Given the covering remote BufferDesc, keep the transports both sides registered it with (a file
-// buffer only those that carry file buffers, a memory buffer none of those); drop
+// Given the covering remote BufferDesc, keep the transports both sides registered it with (a
+// memory buffer never those that carry file buffers; a file buffer those, first, then the ones
+// that reach it through its owner: tcp, which the owner registers file buffers with); drop
 // same-host-only ones when the peer is on another host; order by priority
 // cuda-ipc > cxl > shm > rdma/fabric > tcp; skip links in failure cool-down; an explicit hint
-// narrows the choice to that transport.
+// narrows the choice to that transport. Whether a file transport reaches the file from here
+// (Transport::Reaches) the engine decides afterwards (data_path.cc, TransportsFor).
 //
 // Thread contract: thread-safe.
 #pragma once
@@ -25,7 +27,7 @@ struct Candidate {
   std::string name;
   bool same_host_only = false;
   // Carries file buffers (TransportCapabilities::file_buffers) and only those: it is a
-  // candidate exactly for buffers with BufferDesc::file.
+  // candidate only for buffers with BufferDesc::file, and goes before the others there.
   bool file_buffers = false;
 };
 

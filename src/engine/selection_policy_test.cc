@@ -70,5 +70,21 @@ TEST(SelectionPolicyTest, FailedLinksCoolDownThenRecover) {
   EXPECT_EQ(policy.Order(b, kInstalled, false, "peer"), (std::vector<std::string>{"rdma", "tcp"}));
 }
 
+// A file buffer goes to a file transport first, then through its owner over the other
+// transports the owner registered it with (tcp); a memory buffer never to a file transport.
+TEST(SelectionPolicyTest, FileBuffersGoToTheFileTransportFirstThenThroughTheOwner) {
+  ManualClock clock;
+  SelectionPolicy policy(&clock);
+  std::vector<Candidate> installed = kInstalled;
+  installed.push_back({"file", false, true});
+  BufferDesc file = Buffer({"tcp", "file"});
+  file.file = FileWindow{};
+  EXPECT_EQ(policy.Order(file, installed, false, "peer"),
+            (std::vector<std::string>{"file", "tcp"}));
+  EXPECT_EQ(policy.Order(file, installed, false, "peer", "tcp"), std::vector<std::string>{"tcp"});
+  EXPECT_EQ(policy.Order(Buffer({"tcp", "file"}), installed, false, "peer"),
+            std::vector<std::string>{"tcp"});
+}
+
 }  // namespace
 }  // namespace ferry::engine

@@ -133,6 +133,10 @@ TransferEngine::Impl::~Impl() {
   if (workers_ != nullptr) workers_->Stop();
   for (auto& t : transports_) t->Stop();  // fails what is in flight
   links_.Clear();
+  {
+    MutexLock lock(file_link_mu_);
+    own_file_link_.reset();  // the file transport's link, before the transport goes
+  }
   if (publisher_ != nullptr) {
     Status s = publisher_->Remove();
     if (!s.ok()) FERRY_LOG(kWarn) << "removing segment '" << name_ << "' at shutdown: " << s;
@@ -458,9 +462,12 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
     }
     Location where = requested;
     if (where.kind == Location::Kind::kDetect) {
-      Result<Location> detected = DetectHostLocation(b.addr);
+      // Device memory (cuda:<n>) first, then the host's NUMA node.
+      Result<Location> detected = DetectMemoryLocation(b.addr);
       if (!detected.ok()) return fail(detected.status());
       where = *detected;
+    } else if (Status device = CheckMemoryLocation(b.addr, b.length, where); !device.ok()) {
+      return fail(device);  // an explicit device location must be that device's memory
     }
     // A local-only region gets no remote rights on any transport (an RDMA MR without remote
     // access), and the registry publishes no key for it.
@@ -671,9 +678,17 @@ Result<AccessPin> TransferEngine::Impl::PinRemoteAccess(uint64_t addr, uint64_t 
                                                         uint64_t incarnation, uint64_t generation,
                                                         std::string_view transport) {
   RETURN_IF_ERROR(CheckRemoteIncarnation(incarnation, incarnation_, name_));
-  ASSIGN_OR_RETURN(PinGuard pin,
-                   registry_->Pin(addr, length, RemotePinCheck(generation, transport)));
-  return AccessPin(&LocalRegistry::ReleaseDetachedPin, registry_.get(), pin.Detach());
+  Result<PinGuard> pin = registry_->Pin(addr, length, RemotePinCheck(generation, transport));
+  if (pin.status().code() == StatusCode::kNotFound && IsFileAddress(addr)) {
+    // File buffer addresses are never reused (file_buffers.cc): an access planned against one
+    // that is gone was planned against a registration that ended (unregistered, or registered
+    // again elsewhere). Stale, so that the initiator refreshes its descriptor.
+    return StaleError("file buffer access at " + std::to_string(addr) + " (generation " +
+                      std::to_string(generation) + "): no file buffer of '" + name_ +
+                      "' is there any more (unregistered or registered again)");
+  }
+  if (!pin.ok()) return pin.status();
+  return AccessPin(&LocalRegistry::ReleaseDetachedPin, registry_.get(), pin->Detach());
 }
 
 Result<RegionLease> TransferEngine::Impl::LeaseRemoteRegion(uint64_t addr, uint64_t length,

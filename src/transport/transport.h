@@ -24,6 +24,13 @@
 //   5. On the target, every remote access is checked with ctx->PinRemoteAccess before a byte
 //      moves, and the pin is held while bytes move (or the access is made under a RegionLease
 //      from ctx->LeaseRemoteRegion, which the transport gives up when it is revoked).
+//   6. File buffers (TransportCapabilities::file_buffers; registerLocalFile) have addresses that
+//      name file bytes and are never dereferenced (ctx->IsFileAddress). A peer that can open the
+//      file itself (Transport::Reaches) is carried by the file transport; one that cannot reaches
+//      it through its owner: the owner registers it with tcp too, and the tcp target, on an access
+//      to a file address, pins it as any access, then moves the bytes between the file and a
+//      bounded staging buffer of its own with ctx->StartFileIo (the owner's file transport, on
+//      io_uring), never at the address.
 #pragma once
 
 #include <chrono>
@@ -126,6 +133,13 @@ struct Slice {
   // (kSliceIoDirect: O_DIRECT, kSliceIoBuffered: through the page cache; both when a part of
   // it went each way). 0 for every other transport.
   uint8_t io_path = 0;
+  // Set by a transport before it completes the slice with an error that the target answered
+  // on a connection that stays healthy (an error answer to this request: refused, Stale, the
+  // owner's file I/O failed), as opposed to a link that broke, timed out or could not be made.
+  // Such an error is the target's verdict about this request, not about the link: the engine
+  // fails the task without a retry, a transport cool-down or dropping the link. False (the
+  // default) for every error a transport does not know to be such an answer.
+  bool answered = false;
 };
 inline constexpr uint8_t kSliceIoDirect = 1;
 inline constexpr uint8_t kSliceIoBuffered = 2;
@@ -191,6 +205,36 @@ class TransportContext {
                                        std::chrono::milliseconds timeout) = 0;
 
   virtual uint64_t incarnation() const = 0;
+
+  // Target side, for file buffers served through this engine (item 6 above).
+  // Whether `addr` lies in this engine's file-buffer address range: its bytes are in a file, and
+  // the address must never be dereferenced. Cheap and lock-free (a range test, no lookup).
+  virtual bool IsFileAddress(uint64_t /*addr*/) const { return false; }
+  // Starts moving `io.length` bytes between the file buffer at [io.addr, io.addr + io.length) and
+  // the memory at io.staging (a buffer of the caller's, not registered): kRead fills staging from
+  // the file, kWrite writes staging to the file. `pin` is the caller's PinRemoteAccess of exactly
+  // that range, which is checked again for the file transport (generation, window, closing;
+  // Stale / InvalidArgument / NotFound as PinRemoteAccess) and held, with `pin`, until the I/O
+  // ended, so that an unregister waits for it. On Ok, `io.done` runs exactly once, on any thread
+  // (the file transport's, or inside this call when the file transport refused the access at
+  // once), after the I/O ended: with Ok once every byte moved, or the reason (Stale, truncated /
+  // vanished file, ENOSPC, EIO, Timeout at io.deadline, Canceled at Stop); staging must stay
+  // valid until then, and `done` must not call back into the caller's locks. On an error return
+  // (a bad request, no file transport, a full queue: Again), `io.done` never runs. Never blocks
+  // on disk I/O.
+  struct FileIo {
+    OpCode op = OpCode::kRead;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint64_t incarnation = 0;
+    uint64_t generation = 0;
+    uint8_t* staging = nullptr;
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    std::function<void(const Status&)> done;
+  };
+  virtual Status StartFileIo(FileIo /*io*/, AccessPin /*pin*/) {
+    return UnavailableError("this engine serves no file buffers");
+  }
 };
 
 // Per-peer state (connections, addresses). Made by Transport::Connect; the engine drops it
@@ -250,6 +294,12 @@ class Transport {
   virtual Status UnregisterFile(uint64_t /*addr*/) {
     return InvalidArgumentError("transport '" + std::string(name()) + "' has no file buffers");
   }
+  // Optional (capabilities().file_buffers): whether this transport can reach `buffer`, a file
+  // buffer of `peer`, from here (the peer's file is visible on this host: its path map names a
+  // path here and the file there is the published one). false sends the request through the
+  // owner (over a transport the owner registered the buffer with, e.g. tcp). Cheap after the
+  // first call per buffer (remembered per incarnation, buffer and generation); thread-safe.
+  virtual bool Reaches(const SegmentDesc& /*peer*/, const BufferDesc& /*buffer*/) { return true; }
 
   // Per-peer state from the peer's descriptor. Unavailable when the peer cannot be reached.
   virtual Result<std::shared_ptr<PeerLink>> Connect(const SegmentDesc& peer) = 0;

@@ -146,9 +146,11 @@ FlagTable::FlagTable(BenchOptions& o)
           R"(Measures ferry transfers between two processes, as Mooncake's
 transfer_engine_bench does.
 
-  target:     ferry-bench --mode=target [--check]
-              registers --buffer_size bytes and prints, once reachable:
+  target:     ferry-bench --mode=target [--check] [--target_file=PATH]
+              registers --buffer_size bytes (memory, or a window of PATH) and prints, once
+              reachable:
                 ready segment=<name> addr=<hex address> len=<bytes> protocol=<p> managed=0|1
+                [file=PATH]
               then serves until SIGINT/SIGTERM (or --duration, when given).
   initiator:  ferry-bench --mode=initiator --segment_id=<name> [--target_addr=<hex>] [flags]
               runs --threads threads for --duration seconds; each submits batches of
@@ -210,9 +212,11 @@ Latency is per batch, from submit until the initiator saw every task of the batc
           return Status::Ok();
         });
   Text("protocol", o.protocol, "NAME",
-       "transport(s) to install: tcp, shm, cxl, rdma, a comma list, or\n"
-       "auto (tcp + shm, + cxl with --cxl_window, + rdma when a NIC or\n"
-       "--rdma_provider is there) (default tcp). Exactly one name also\n"
+       "transport(s) to install: tcp, shm, cxl, rdma, file (with tcp\n"
+       "beside it, which registers the memory), a comma\n"
+       "list, or auto (tcp + shm + file where io_uring works, + cxl with\n"
+       "--cxl_window, + rdma when a NIC or --rdma_provider is there)\n"
+       "(default tcp). Exactly one name also\n"
        "makes every request ask for that transport (TransferRequest::\n"
        "transport); a list or auto lets the engine choose.");
   Text("host_id", o.host_id, "ID",
@@ -235,6 +239,20 @@ Latency is per batch, from submit until the initiator saw every task of the batc
        "allocate the buffer with allocateManagedBuffer (shareable memfd\n"
        "memory; in the cxl window with --cxl_window) instead of plain\n"
        "pages: the target's buffer, and the initiator's local one");
+  Text("target_file", o.target_file, "PATH",
+       "target: register [0, --buffer_size) of this file or block\n"
+       "device (registerLocalFile) instead of memory: a file is made or\n"
+       "extended to --buffer_size; that range is overwritten with the\n"
+       "read pattern first. Installs the file transport too. Initiators\n"
+       "reach it with --protocol=file on this host (the file itself,\n"
+       "through the path map), or through this target (e.g. tcp)");
+  Bool("direct_io", o.direct_io,
+       "file buffers: O_DIRECT where a request's address, file offset\n"
+       "and length are aligned (=false: always the page cache;\n"
+       "EngineOptions::file_direct_io, default true)");
+  Count("file_queue_depth", o.file_queue_depth, 4096,
+        "file buffers: io_uring I/Os in flight (EngineOptions::\n"
+        "file_queue_depth, default 64)");
   Value(
       "operation", "read|write", "(default write)",
       Choice<BenchOperation>("operation", o.operation,
@@ -406,6 +424,14 @@ Status Validate(const BenchOptions& o) {
   if (o.help) return Status::Ok();
   if (o.mode == BenchMode::kInitiator) {
     if (o.segment_id.empty()) return InvalidArgumentError("initiator needs --segment_id");
+    if (!o.target_file.empty()) {
+      return InvalidArgumentError(
+          "--target_file is the target's (--mode=target); an initiator reaches the file "
+          "buffer the target published");
+    }
+  }
+  if (!o.target_file.empty() && o.managed) {
+    return InvalidArgumentError("--target_file registers a file, --managed memory: one of them");
   }
   if (!o.sweep) {
     RETURN_IF_ERROR(ValidateTransports(o, o.protocol, "protocol"));
@@ -454,11 +480,19 @@ uint64_t BenchOptions::EffectiveBufferSize() const {
 std::vector<std::string> BenchOptions::Transports() const {
   std::vector<std::string> names = SplitList(protocol);
   names.erase(std::remove(names.begin(), names.end(), ""), names.end());
+  auto named = [&](std::string_view name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  // The file transport registers no memory, and an engine registers its buffers only with a
+  // transport that does: file alone brings tcp along (the requests still ask for file).
+  if (names == std::vector<std::string>{"file"}) names.push_back("tcp");
+  if (!target_file.empty() && !named("auto") && !named("file")) names.push_back("file");
   return names;
 }
 
 std::string BenchOptions::TransportHint() const {
-  const std::vector<std::string> names = Transports();
+  std::vector<std::string> names = SplitList(protocol);
+  names.erase(std::remove(names.begin(), names.end(), ""), names.end());
   return names.size() == 1 && names[0] != "auto" ? names[0] : "";
 }
 
@@ -479,6 +513,8 @@ EngineOptions MakeEngineOptions(const BenchOptions& o) {
   e.cxl_window_size = o.cxl_window_size;
   if (o.slice_size != 0) e.slice_size = o.slice_size;
   e.tcp_payload_checksum = o.tcp_payload_checksum;
+  e.file_direct_io = o.direct_io;
+  e.file_queue_depth = static_cast<uint32_t>(o.file_queue_depth);
   return e;
 }
 

@@ -33,6 +33,10 @@ struct BenchOptions {
   // initiator: the target's buffer address ("addr=" of its ready line); 0: the first buffer
   // its segment publishes (TransferEngine::getSegmentBuffers).
   uint64_t target_addr = 0;
+  // initiator, not a flag: whether the target buffer at target_addr is a file buffer (the
+  // target's --target_file; its published transports name "file"), found once the segment
+  // was opened. Reported as "target":"file" in --json.
+  bool target_is_file = false;
   // Transports to install: a name (tcp, shm, cxl, rdma), a comma list, or "auto". Exactly one
   // name also becomes every request's TransferRequest::transport hint. tcp stays the default so
   // that a bare run measures the same thing on one host and across hosts.
@@ -45,6 +49,16 @@ struct BenchOptions {
   // The buffer comes from allocateManagedBuffer (location "cxl" with --cxl_window, else "cpu")
   // instead of plain registered pages: the target's buffer, and the initiator's local one.
   bool managed = false;
+  // target: registers [0, buffer_size) of this file (or block device) with registerLocalFile
+  // instead of memory, after creating or extending a file to buffer_size and writing the read
+  // pattern over that range; the file transport is installed besides --protocol's. Initiators
+  // reach it with --protocol=file (the same file through the path map: this host), or through
+  // the target (its owner) over a network transport.
+  std::string target_file;
+  // EngineOptions::file_direct_io and file_queue_depth: O_DIRECT where a request's address,
+  // file offset and length are aligned (false: always the page cache), and I/Os in flight.
+  bool direct_io = true;
+  uint64_t file_queue_depth = 64;
   BenchOperation operation = BenchOperation::kWrite;
   uint64_t block_size = 65536;
   uint64_t batch_size = 32;
@@ -108,7 +122,9 @@ struct BenchOptions {
   uint64_t WorkingSetBytes() const { return Positions() * SlicesPerPosition() * SliceBytes(); }
   // --buffer_size, or its default.
   uint64_t EffectiveBufferSize() const;
-  // EngineOptions::transports for --protocol ("auto" -> {"auto"}).
+  // EngineOptions::transports for --protocol ("auto" -> {"auto"}), plus "file" for a
+  // --target_file target whose list does not name it, and "tcp" beside "file" alone (the file
+  // transport registers no memory; an engine needs a transport that does for its buffers).
   std::vector<std::string> Transports() const;
   // The TransferRequest::transport hint: the one transport --protocol names; empty for "auto"
   // or a list (the engine's selection policy chooses then).

@@ -162,6 +162,39 @@ TEST(BenchOptionsTest, ManagedNeedsATransportThatSharesMemory) {
   }
 }
 
+TEST(BenchOptionsTest, TargetFileAddsTheFileTransportAndItsOptions) {
+  Result<BenchOptions> o =
+      Parse({"--mode=target", "--target_file=/tmp/x", "--direct_io=false", "--file_queue_depth=8"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->target_file, "/tmp/x");
+  EXPECT_EQ(o->Transports(), (std::vector<std::string>{"tcp", "file"}));
+  const EngineOptions e = MakeEngineOptions(*o);
+  EXPECT_FALSE(e.file_direct_io);
+  EXPECT_EQ(e.file_queue_depth, 8u);
+  EXPECT_TRUE(MakeEngineOptions(*Parse({"--mode=target"})).file_direct_io);
+  // Named already, or within auto: not added again.
+  EXPECT_EQ(Parse({"--mode=target", "--target_file=/f", "--protocol=file"})->Transports(),
+            (std::vector<std::string>{"file", "tcp"}));  // tcp registers the engine's memory
+  EXPECT_EQ(Parse({"--mode=target", "--target_file=/f", "--protocol=auto"})->Transports(),
+            std::vector<std::string>{"auto"});
+  // An initiator runs against the target's file buffer with the file transport.
+  std::vector<std::string> initiator = kInitiator;
+  initiator.push_back("--protocol=file");
+  ASSERT_TRUE(Parse(initiator).ok());
+  EXPECT_EQ(Parse(initiator)->TransportHint(), "file");
+  EXPECT_EQ(Parse(initiator)->Transports(), (std::vector<std::string>{"file", "tcp"}));
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--mode=initiator", "--segment_id=s", "--target_file=/f"},  // the target's flag
+           {"--mode=target", "--target_file=/f", "--protocol=shm", "--managed"},
+           {"--mode=target", "--target_file="},
+           {"--mode=target", "--file_queue_depth=0"},
+           {"--mode=target", "--file_queue_depth=4097"}}) {
+    Result<BenchOptions> bad = Parse(args);
+    EXPECT_FALSE(bad.ok()) << args.back();
+    if (!bad.ok()) EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(BenchOptionsTest, TargetNeedsNoPeerAndAutoIsOneName) {
   Result<BenchOptions> o = Parse({"--mode=target", "--protocol=auto", "-check"});
   ASSERT_TRUE(o.ok()) << o.status();
@@ -477,6 +510,14 @@ TEST(ReportTest, PercentilesAndJson) {
   EXPECT_NE(json.find("\"errors\":0"), std::string::npos);
   EXPECT_NE(json.find("\"inflight\":4,\"working_set\":131072,"), std::string::npos);
   EXPECT_NE(json.find("\"mean_us\":12.5"), std::string::npos);
+  EXPECT_NE(json.find("\"target\":\"memory\",\"file_io\":\"\""), std::string::npos);
+  BenchResult file = r;
+  file.target_is_file = true;
+  file.file_io = "buffered+direct";
+  EXPECT_NE(FormatJson(o, file).find("\"target\":\"file\",\"file_io\":\"buffered+direct\""),
+            std::string::npos)
+      << FormatJson(o, file);
+  EXPECT_NE(FormatSummary(o, file).find("a file buffer, I/O buffered+direct"), std::string::npos);
   r.retries = 3;
   EXPECT_NE(
       FormatJson(o, r).find("\"errors\":0,\"retries\":3,\"fallbacks\":0,\"stale_refreshes\":0,"

@@ -65,7 +65,8 @@ std::string FormatJson(const BenchOptions& o, const BenchResult& r) {
       static_cast<unsigned long long>(r.task_failures));
   return "{\"operation\":" + JsonString(std::string(OperationName(o.operation))) +
          ",\"protocol\":" + JsonString(o.protocol) + ",\"transport\":" + JsonString(r.transport) +
-         "," + numbers + "}";
+         ",\"target\":" + (r.target_is_file ? "\"file\"" : "\"memory\"") +
+         ",\"file_io\":" + JsonString(r.file_io) + "," + numbers + "}";
 }
 
 std::string FormatSummary(const BenchOptions& o, const BenchResult& r) {
@@ -83,6 +84,9 @@ std::string FormatSummary(const BenchOptions& o, const BenchResult& r) {
                 static_cast<unsigned long long>(o.threads), r.seconds, r.Gbps(), r.OpsPerSecond(),
                 r.p50_us, r.p99_us, r.mean_us, static_cast<unsigned long long>(r.errors));
   std::string out = line;
+  if (r.target_is_file) {
+    out += "\n  target: a file buffer, I/O " + (r.file_io.empty() ? "-" : r.file_io);
+  }
   if (!r.first_error.empty()) out += "\n  first error: " + r.first_error;
   return out;
 }

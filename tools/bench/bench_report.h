@@ -1,6 +1,6 @@
 // What one initiator run measured, and its two printed forms: the human summary and the --json
-// line (keys: operation, protocol, transport, block_size, batch_size, threads, inflight,
-// working_set, bytes, seconds, gbps, ops_per_s, p50_us, p99_us, mean_us, errors, retries,
+// line (keys: operation, protocol, transport, target, file_io, block_size, batch_size, threads,
+// inflight, working_set, bytes, seconds, gbps, ops_per_s, p50_us, p99_us, mean_us, errors, retries,
 // fallbacks, stale_refreshes, task_failures), and the CSV rows of a sweep.
 //
 // Thread contract: value types and pure functions; safe from any thread.
@@ -27,6 +27,12 @@ struct BenchResult {
   // The transports that carried completed tasks (TransferStatus::transport, one task sampled per
   // batch), sorted and joined by '+' ("shm", "shm+tcp"); empty when none was seen.
   std::string transport;
+  // The target buffer was a file buffer (BenchOptions::target_is_file): "target":"file" in
+  // --json, else "memory".
+  bool target_is_file = false;
+  // How the file transport moved the sampled tasks' bytes (TransferStatus::file_io): "direct",
+  // "buffered" or both as "buffered+direct"; empty for a memory target.
+  std::string file_io;
   // What the engine itself counted during the measured loop (TransferEngine::getMetrics, the
   // difference of two snapshots, all transports and peers): attempts after a task's first,
   // those that could take another transport, STALE answers, and tasks that ended failed.

@@ -12,6 +12,9 @@
 #  2. a --protocol=auto --managed target: an auto initiator reading (--check) must be carried
 #     by shm (two engines on one host), then an shm initiator with its own --managed buffer
 #     writing (--check), the latter pipelined (--inflight=2).
+#  3. a --target_file target (a file in the temporary directory): file initiators read (--check:
+#     the pattern the target wrote into the file) and write (--check: read back and compared),
+#     the write pipelined, each carried by file and reporting the file target and its I/O path.
 #   bench_smoke.sh <path to ferry-bench>
 set -euo pipefail
 bench=$1
@@ -78,6 +81,16 @@ target_pid=""
 start_target --protocol=auto --managed
 run_initiator shm --protocol=auto --operation=read
 run_initiator shm --protocol=shm --managed --operation=write --inflight=2 --threads=1
+kill -TERM "$target_pid"
+wait "$target_pid"
+target_pid=""
+
+start_target --protocol=tcp --target_file="$work/target.bin"
+grep -q " file=$work/target.bin" <<<"$ready" || { echo "want file= in the ready line"; exit 1; }
+run_initiator file --protocol=file --operation=read
+grep -Eq '"target":"file","file_io":"[a-z+]+"' <<<"$json" || { echo "want a file target"; exit 1; }
+run_initiator file --protocol=file --operation=write --inflight=2 --threads=1
+grep -Eq '"target":"file","file_io":"[a-z+]+"' <<<"$json" || { echo "want a file target"; exit 1; }
 kill -TERM "$target_pid"
 wait "$target_pid"
 target_pid=""

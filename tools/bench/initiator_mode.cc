@@ -73,6 +73,7 @@ struct WorkerResult {
   uint64_t ops = 0;
   std::vector<double> latencies_us;
   std::vector<std::string> transports;  // distinct TransferStatus::transport values seen
+  std::vector<std::string> file_ios;    // distinct TransferStatus::file_io values seen
   Clock::time_point finished;
 };
 
@@ -80,6 +81,7 @@ struct BatchOutcome {
   BatchStatus status;
   double latency_us = 0;  // submit until every task was done
   std::string transport;  // what carried the sampled task; empty unless the batch completed
+  std::string file_io;    // how its file I/O went (TransferStatus::file_io); empty: no file
 };
 
 // batch_size requests of block_size bytes: block i moves local + i * block to/from remote_addr +
@@ -144,12 +146,13 @@ Result<std::optional<BatchOutcome>> PollBatch(TransferEngine& engine, const Open
     }
     return std::optional<BatchOutcome>();
   }
-  BatchOutcome outcome{*status,
-                       std::chrono::duration<double, std::micro>(now - batch.start).count(), ""};
+  BatchOutcome outcome{
+      *status, std::chrono::duration<double, std::micro>(now - batch.start).count(), "", ""};
   if (status->state == TransferState::kCompleted && tasks > 0) {
     Result<TransferStatus> task = engine.getTransferStatus(batch.id, sample_task % tasks);
     if (!task.ok()) return task.status().WithContext("getTransferStatus");
     outcome.transport = std::move(task->transport);
+    outcome.file_io = std::move(task->file_io);
   }
   RETURN_IF_ERROR(FreeBatch(engine, batch.id, batch.start));
   return std::optional<BatchOutcome>(std::move(outcome));
@@ -273,6 +276,11 @@ WorkerResult Worker(TransferEngine& engine, const BenchOptions& o, SegmentId tar
       if (!transport.empty() && std::find(result.transports.begin(), result.transports.end(),
                                           transport) == result.transports.end()) {
         result.transports.push_back(std::move(transport));
+      }
+      std::string& file_io = (*outcome)->file_io;
+      if (!file_io.empty() && std::find(result.file_ios.begin(), result.file_ios.end(), file_io) ==
+                                  result.file_ios.end()) {
+        result.file_ios.push_back(std::move(file_io));
       }
       if (status.failed > 0 || status.state != TransferState::kCompleted) {
         state.Fail(std::max<uint64_t>(status.failed, 1), status.first_error.ToString());
@@ -433,14 +441,24 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   BenchResult r;
   std::vector<double> latencies;
   std::vector<std::string> transports;
+  std::vector<std::string> file_ios;  // "direct", "buffered", "direct+buffered": split at '+'
   auto finished = start;
   for (auto& w : results) {
     r.ops += w.ops;
     latencies.insert(latencies.end(), w.latencies_us.begin(), w.latencies_us.end());
     transports.insert(transports.end(), w.transports.begin(), w.transports.end());
+    for (const std::string& io : w.file_ios) {
+      for (size_t at = 0; at <= io.size();) {
+        const size_t plus = std::min(io.find('+', at), io.size());
+        file_ios.push_back(io.substr(at, plus - at));
+        at = plus + 1;
+      }
+    }
     finished = std::max(finished, w.finished);
   }
   r.transport = JoinTransports(std::move(transports));
+  r.file_io = JoinTransports(std::move(file_ios));
+  r.target_is_file = o.target_is_file;
   r.bytes = r.ops * o.block_size;
   r.seconds = std::chrono::duration<double>(finished - start).count();
   r.p50_us = Percentile(latencies, 50);
@@ -458,13 +476,32 @@ BenchResult Measure(TransferEngine& engine, const BenchOptions& o, SegmentId tar
   return r;
 }
 
+// Whether `buffer` is a file buffer: the file transport carries file buffers and only those
+// (registerLocalFile), so a buffer it is published for is one.
+bool IsFileBuffer(const SegmentBuffer& buffer) {
+  return std::find(buffer.transports.begin(), buffer.transports.end(), "file") !=
+         buffer.transports.end();
+}
+
 // `o` with target_addr set: the override when given, else the first buffer the segment
-// publishes (as Mooncake's bench takes it). InvalidArgument when that buffer cannot hold the
-// working set.
+// publishes (as Mooncake's bench takes it); and target_is_file for the buffer there.
+// InvalidArgument when that buffer cannot hold the working set.
 Result<BenchOptions> WithTargetAddr(TransferEngine& engine, const BenchOptions& o,
                                     SegmentId target) {
-  if (o.target_addr != 0) return o;
-  ASSIGN_OR_RETURN(std::vector<SegmentBuffer> buffers, engine.getSegmentBuffers(target));
+  Result<std::vector<SegmentBuffer>> listed = engine.getSegmentBuffers(target);
+  if (o.target_addr != 0) {
+    BenchOptions out = o;
+    if (listed.ok()) {  // only for the report: the override needs no listing
+      for (const SegmentBuffer& b : *listed) {
+        if (o.target_addr >= b.addr && o.target_addr - b.addr < b.length) {
+          out.target_is_file = IsFileBuffer(b);
+        }
+      }
+    }
+    return out;
+  }
+  if (!listed.ok()) return listed.status();
+  const std::vector<SegmentBuffer>& buffers = *listed;
   if (buffers.empty()) {
     return InvalidArgumentError("publishes no remote-accessible buffer (pass --target_addr)");
   }
@@ -477,6 +514,7 @@ Result<BenchOptions> WithTargetAddr(TransferEngine& engine, const BenchOptions& 
   }
   BenchOptions out = o;
   out.target_addr = buffers.front().addr;
+  out.target_is_file = IsFileBuffer(buffers.front());
   return out;
 }
 

@@ -1,10 +1,18 @@
-// ferry-bench --mode=target: registers one buffer and serves remote reads and writes to it.
+// ferry-bench --mode=target: registers one buffer and serves remote reads and writes to it: memory
+// (BenchBuffer), or with --target_file a window of a file (registerLocalFile).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench/bench_buffer.h"
 #include "bench/bench_modes.h"
@@ -38,11 +46,74 @@ void Serve(StopSignals& signals, bool bounded, double seconds) {
   }
 }
 
+// Makes `path` ready to be a `size`-byte file buffer: creates a missing file, extends a regular
+// file shorter than `size` (a block device must be large enough already: registerLocalFile
+// says so otherwise) and writes the read pattern over [0, size), so that reads meet written
+// blocks (no holes) and an initiator's --check read finds the pattern. Errors name the path.
+Status PrepareTargetFile(const std::string& path, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return InvalidArgumentError("cannot open --target_file '" + path +
+                                "': " + std::strerror(errno));
+  }
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    ::close(fd);
+    return InvalidArgumentError(what + " --target_file '" + path + "': " + std::strerror(err));
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return fail("cannot stat");
+  if (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) < size &&
+      ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    return fail("cannot extend");
+  }
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<uint8_t> chunk(kChunk);
+  for (uint64_t offset = 0; offset < size; offset += kChunk) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, size - offset));
+    FillPattern(kTargetPatternSeed, offset, chunk.data(), n);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t put =
+          ::pwrite(fd, chunk.data() + done, n - done, static_cast<off_t>(offset + done));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) return fail("cannot write the pattern to");
+      done += static_cast<size_t>(put);
+    }
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+// --target_file: registers the file window, serves, unregisters it.
+int RunFileTarget(TransferEngine& engine, const BenchOptions& options, StopSignals& signals) {
+  const uint64_t size = options.EffectiveBufferSize();
+  if (Status s = PrepareTargetFile(options.target_file, size); !s.ok()) {
+    return Fail("preparing the file", s);
+  }
+  Result<uint64_t> addr = engine.registerLocalFile(options.target_file, size);
+  if (!addr.ok()) return Fail("registerLocalFile " + options.target_file, addr.status());
+
+  std::printf("ready segment=%s addr=0x%llx len=%llu protocol=%s managed=0 file=%s\n",
+              engine.localSegmentName().c_str(), static_cast<unsigned long long>(*addr),
+              static_cast<unsigned long long>(size), options.protocol.c_str(),
+              options.target_file.c_str());
+  std::fflush(stdout);
+
+  Serve(signals, options.duration_given, options.duration_s);
+
+  if (Status s = engine.unregisterLocalFile(*addr); !s.ok()) {
+    return Fail("unregisterLocalFile", s);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunTarget(const BenchOptions& options, StopSignals& signals) {
   TransferEngine engine;  // declared first: it outlives the buffer registered with it
   if (Status s = engine.init(MakeEngineOptions(options)); !s.ok()) return Fail("init", s);
+  if (!options.target_file.empty()) return RunFileTarget(engine, options, signals);
   Result<std::unique_ptr<BenchBuffer>> buffer = BenchBuffer::Create(
       engine, options.EffectiveBufferSize(), options.managed, options.ManagedLocation());
   if (!buffer.ok()) return Fail("allocating the buffer", buffer.status());

@@ -14,7 +14,9 @@
 // Each case makes fresh transports in this process: one or more targets and an initiator, each
 // with a transport_testing::TestContext standing in for its engine (Exchange between them is
 // routed to the peer's OnExchange). Memory on both sides is registered with the transport that
-// owns it, as the engine does.
+// owns it, as the engine does. A transport with file buffers runs the cases against file windows
+// of its own engine (Target::file_directory); a case that cannot apply to a target says why and
+// skips.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,16 @@ struct Target {
   // Unset: heap memory. Set it where the transport reaches only memory of its own kind
   // (shared allocations, a cxl window).
   std::function<Result<std::shared_ptr<uint8_t>>(Transport& owner, size_t length)> allocate;
+  // Transports whose target buffers are file windows (capabilities().file_buffers): where the
+  // cases make the files behind them (a disk directory, /dev/shm). Empty: the temp directory.
+  // For such a transport a case's target is the initiator's own engine, as for an engine's own
+  // file buffers: target sides share the initiator's context and transport under their own
+  // segment names, and their buffers are windows of files (RegisterFile) at addresses no memory
+  // occupies, whose bytes and guard bytes the cases set and check with pread/pwrite
+  // (transport_testing::TargetBytes). Where such a transport answers RegisterMemory with
+  // NotFound (it reaches memory through the engine's pin), memory is registered in the context
+  // only, as the engine skips a transport that answers so.
+  std::string file_directory;
 };
 
 // Adds `target` to the suite; returns true so it can initialize a static.

@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,11 +24,15 @@ namespace {
 
 using namespace std::chrono_literals;
 using transport_testing::SliceBatch;
+using transport_testing::TargetBytes;
 using transport_testing::TestContext;
 
 constexpr size_t kKiB = size_t{1} << 10;
 constexpr size_t kMiB = size_t{1} << 20;
 constexpr auto kWait = 30s;  // bound on any batch's completions
+// File buffers sit at addresses no memory occupies, as the engine assigns them, 64 MiB apart.
+constexpr uint64_t kFileAddrBase = uint64_t{0xf} << 60;
+constexpr uint64_t kFileAddrSpan = uint64_t{64} << 20;
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }  // NOLINT
 
@@ -34,12 +40,15 @@ void Fill(uint8_t* p, size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(seed * 131 + i * 31 + (i >> 9));
 }
 
-// One engine's worth: a context, a started transport and what it published.
+// One engine's worth: a context, a started transport and what it published. For a transport
+// with file buffers, a target side shares the initiator's context and transport (one engine
+// reaching its own file buffers; see Target::file_directory).
 struct Side {
   std::string segment;
-  std::unique_ptr<TestContext> ctx;
-  std::unique_ptr<Transport> transport;
+  std::shared_ptr<TestContext> ctx;
+  std::shared_ptr<Transport> transport;
   std::string published;
+  bool files = false;  // its buffers are file windows
 
   SegmentDesc Desc() const {
     SegmentDesc desc;
@@ -50,10 +59,15 @@ struct Side {
   }
 };
 
-// Registered memory on one side.
+// Registered memory, or a registered file window, on one side.
 struct Region {
   std::shared_ptr<uint8_t> memory;  // the allocation (may be larger than the registration)
-  uint8_t* data = nullptr;          // start of the registration
+  // The allocation's (or the file's) bytes, for the cases to set and check.
+  std::unique_ptr<TargetBytes> bytes;
+  // Start of the registration: `offset` bytes into the allocation. A file window's address is
+  // never dereferenced (only its bytes are reached, through `bytes`).
+  uint8_t* data = nullptr;
+  size_t offset = 0;
   size_t length = 0;
   uint64_t generation = 0;
   std::string key;
@@ -67,6 +81,7 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
       if (!why.empty()) GTEST_SKIP() << GetParam().name << ": " << why;
     }
     initiator_ = StartSide("initiator", 0x1111);
+    files_ = initiator_->transport->capabilities().file_buffers;
     target_ = StartSide("target", 0x7a7a7a);
   }
 
@@ -81,6 +96,15 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
   Side* StartSide(const std::string& segment, uint64_t incarnation) {
     auto side = std::make_unique<Side>();
     side->segment = segment;
+    if (files_) {  // the initiator's own engine, under another segment name
+      const Side& engine = *sides_.front();
+      side->ctx = engine.ctx;
+      side->transport = engine.transport;
+      side->published = engine.published;
+      side->files = true;
+      sides_.push_back(std::move(side));
+      return sides_.back().get();
+    }
     side->ctx = std::make_unique<TestContext>(incarnation);
     side->transport = GetParam().make();
     Result<std::string> published = side->transport->Start(side->ctx.get(), {segment, "127.0.0.1"});
@@ -102,6 +126,29 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
     if (allocation == 0) allocation = length;
     auto region = std::make_unique<Region>();
     const Target& target = GetParam();
+    region->offset = offset;
+    region->length = length;
+    region->generation = generation;
+    if (side->files) {
+      const std::string dir = target.file_directory.empty()
+                                  ? std::filesystem::temp_directory_path().string()
+                                  : target.file_directory;
+      Result<std::unique_ptr<TargetBytes>> file = TargetBytes::File(dir, allocation);
+      EXPECT_TRUE(file.ok()) << file.status();
+      if (!file.ok()) return nullptr;
+      region->bytes = std::move(file).value();
+      EXPECT_TRUE(region->bytes->Set(0, 0xAA, allocation).ok());
+      region->data = reinterpret_cast<uint8_t*>(kFileAddrBase + next_file_++ * kFileAddrSpan);
+      EXPECT_LE(allocation, kFileAddrSpan / 2) << "file window addresses would overlap";
+      Result<FileWindow> window =
+          side->transport->RegisterFile(Addr(region->data), length, region->bytes->path(), offset);
+      EXPECT_TRUE(window.ok()) << window.status();
+      if (!window.ok()) return nullptr;
+      side->ctx->AddRegion(region->data, length, generation, access == MemoryAccess::kRemote,
+                           target.transport);
+      regions_.push_back(std::move(region));
+      return regions_.back().get();
+    }
     if (target.allocate) {
       Result<std::shared_ptr<uint8_t>> memory = target.allocate(*side->transport, allocation);
       EXPECT_TRUE(memory.ok()) << memory.status();
@@ -112,11 +159,13 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
           std::shared_ptr<uint8_t>(new uint8_t[allocation], [](uint8_t* p) { delete[] p; });
     }
     std::memset(region->memory.get(), 0xAA, allocation);
+    region->bytes = TargetBytes::Memory(region->memory, allocation);
     region->data = region->memory.get() + offset;
-    region->length = length;
-    region->generation = generation;
     Result<std::string> key =
         side->transport->RegisterMemory(Addr(region->data), length, Location::Cpu(), access);
+    // A transport with file buffers reaches memory through the engine: NotFound, as the engine
+    // takes it, means it registers none.
+    if (files_ && key.status().code() == StatusCode::kNotFound) key = std::string();
     EXPECT_TRUE(key.ok()) << key.status();
     if (!key.ok()) return nullptr;
     region->key = *key;
@@ -124,6 +173,49 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
                          target.transport);
     regions_.push_back(std::move(region));
     return regions_.back().get();
+  }
+
+  // Unregisters `r` from `side`'s transport, as the registry's unregister step 3 does (after
+  // CloseRegion and the drain).
+  Status UnregisterFromTransport(Side* side, const Region* r) {
+    if (side->files) return side->transport->UnregisterFile(Addr(r->data));
+    return side->transport->UnregisterMemory(Addr(r->data), r->length);
+  }
+  // Registers `r`'s range with `side`'s transport again (memory, or the same file window).
+  Status RegisterAgain(Side* side, Region* r) {
+    if (side->files) {
+      return side->transport->RegisterFile(Addr(r->data), r->length, r->bytes->path(), r->offset)
+          .status();
+    }
+    Result<std::string> key = side->transport->RegisterMemory(
+        Addr(r->data), r->length, Location::Cpu(), MemoryAccess::kRemote);
+    if (key.ok()) r->key = *key;
+    return key.status();
+  }
+
+  // [pos, pos + n) of `r`'s registration (pos counts from its start, and may reach into the
+  // guard bytes after it), read from its memory or file. A failure to read is reported, and
+  // gives zeros.
+  static std::vector<uint8_t> Bytes(const Region* r, size_t pos, size_t n) {
+    return BackingBytes(r, r->offset + pos, n);
+  }
+  // [pos, pos + n) of `r`'s allocation (guard bytes before the registration included).
+  static std::vector<uint8_t> BackingBytes(const Region* r, size_t pos, size_t n) {
+    Result<std::vector<uint8_t>> got = r->bytes->Read(pos, n);
+    if (!got.ok()) {
+      ADD_FAILURE() << "reading the target's bytes: " << got.status();
+      return std::vector<uint8_t>(n, 0);
+    }
+    return std::move(got).value();
+  }
+  static uint8_t ByteAt(const Region* r, size_t pos) { return Bytes(r, pos, 1)[0]; }
+  static bool Same(const std::vector<uint8_t>& bytes, const uint8_t* p, size_t n) {
+    return bytes.size() == n && (n == 0 || std::memcmp(bytes.data(), p, n) == 0);
+  }
+  // The first position in `bytes` that is not `value`, or npos.
+  static size_t FirstNot(const std::vector<uint8_t>& bytes, uint8_t value) {
+    auto it = std::find_if(bytes.begin(), bytes.end(), [value](uint8_t b) { return b != value; });
+    return it == bytes.end() ? std::string::npos : static_cast<size_t>(it - bytes.begin());
   }
 
   std::shared_ptr<PeerLink> Connect(Side* target) {
@@ -194,6 +286,8 @@ class ConformanceTest : public ::testing::TestWithParam<Target> {
 
   Side* initiator_ = nullptr;
   Side* target_ = nullptr;
+  bool files_ = false;      // the transport's target buffers are file windows
+  uint64_t next_file_ = 0;  // file windows registered so far (their addresses)
   std::vector<std::unique_ptr<Side>> sides_;
   std::vector<std::unique_ptr<Region>> regions_;
 };
@@ -221,15 +315,15 @@ TEST_P(ConformanceTest, WriteReadVerifyAtOddSizesAndAlignments) {
       uint8_t* back = local->data + 8 * kMiB + offset;
       Fill(src, size, ++seed);
       std::memset(back, 0, size);
-      const uint8_t before = remote->data[remote_offset - 1];
-      const uint8_t after = remote->data[remote_offset + size];
+      const uint8_t before = ByteAt(remote, remote_offset - 1);
+      const uint8_t after = ByteAt(remote, remote_offset + size);
       SliceBatch write(initiator_->ctx.get());
       write.Add(Make(OpCode::kWrite, src, target_, remote, remote_offset, size));
       ASSERT_TRUE(Run(*link, write));
       ASSERT_TRUE(AllOk(write));
-      ASSERT_EQ(0, std::memcmp(remote->data + remote_offset, src, size));
-      EXPECT_EQ(before, remote->data[remote_offset - 1]) << "a byte landed before the range";
-      EXPECT_EQ(after, remote->data[remote_offset + size]) << "a byte landed after the range";
+      ASSERT_TRUE(Same(Bytes(remote, remote_offset, size), src, size));
+      EXPECT_EQ(before, ByteAt(remote, remote_offset - 1)) << "a byte landed before the range";
+      EXPECT_EQ(after, ByteAt(remote, remote_offset + size)) << "a byte landed after the range";
       SliceBatch read(initiator_->ctx.get());
       read.Add(Make(OpCode::kRead, back, target_, remote, remote_offset, size));
       ASSERT_TRUE(Run(*link, read));
@@ -245,7 +339,7 @@ TEST_P(ConformanceTest, ZeroLengthSlicesCompleteAndMoveNothing) {
   Region* remote = setup.remote;
   Region* local = setup.local;
   std::shared_ptr<PeerLink> link = setup.link;
-  std::vector<uint8_t> snapshot(remote->data, remote->data + remote->length);
+  const std::vector<uint8_t> snapshot = Bytes(remote, 0, remote->length);
   Fill(local->data, local->length, 9);
   SliceBatch batch(initiator_->ctx.get());
   batch.Add(Make(OpCode::kWrite, local->data, target_, remote, 0, 0));
@@ -253,7 +347,7 @@ TEST_P(ConformanceTest, ZeroLengthSlicesCompleteAndMoveNothing) {
   batch.Add(Make(OpCode::kWrite, local->data, target_, remote, remote->length, 0));
   ASSERT_TRUE(Run(*link, batch));
   EXPECT_TRUE(AllOk(batch));
-  EXPECT_EQ(0, std::memcmp(snapshot.data(), remote->data, remote->length));
+  EXPECT_TRUE(Same(Bytes(remote, 0, remote->length), snapshot.data(), snapshot.size()));
   EXPECT_EQ(0u, initiator_->ctx->duplicate_completions());
 }
 
@@ -268,7 +362,7 @@ TEST_P(ConformanceTest, OutOfRangeAccessIsRefusedAndNothingIsWritten) {
   std::shared_ptr<PeerLink> link = Connect(target_);
   ASSERT_TRUE(link);
   Fill(local->data, local->length, 3);
-  std::vector<uint8_t> snapshot(remote->memory.get(), remote->memory.get() + kAlloc);
+  const std::vector<uint8_t> snapshot = BackingBytes(remote, 0, kAlloc);
 
   SliceBatch batch(initiator_->ctx.get());
   Slice* crossing_end =
@@ -284,7 +378,7 @@ TEST_P(ConformanceTest, OutOfRangeAccessIsRefusedAndNothingIsWritten) {
   for (Slice* s : {crossing_end, beyond, starts_before, read_crossing}) {
     EXPECT_FALSE(initiator_->ctx->StatusOf(s).ok()) << "an out-of-range access was allowed";
   }
-  EXPECT_EQ(0, std::memcmp(snapshot.data(), remote->memory.get(), kAlloc))
+  EXPECT_TRUE(Same(BackingBytes(remote, 0, kAlloc), snapshot.data(), kAlloc))
       << "an out-of-range write changed target memory";
 }
 
@@ -294,6 +388,10 @@ TEST_P(ConformanceTest, OutOfRangeAccessIsRefusedAndNothingIsWritten) {
 // were, and a read returns none of its bytes. A local-only region still works as the local side
 // of this process's own transfers.
 TEST_P(ConformanceTest, LocalOnlyRegionRefusesPeersEvenWithItsRealKey) {
+  if (files_) {
+    GTEST_SKIP() << "a file buffer is always published (registerLocalFile has no local-only "
+                    "form), and its key is empty: there is no local-only file window to guard";
+  }
   constexpr size_t kAlloc = 512 * kKiB;
   constexpr size_t kOffset = 128 * kKiB;
   constexpr size_t kLength = 256 * kKiB;
@@ -360,25 +458,26 @@ TEST_P(ConformanceTest, OldKeyAfterReRegistrationIsStale) {
   ASSERT_TRUE(WriteOnce(setup));
   // Unregister in the registry's order (close, drain, transport), then register the same range
   // again under a new generation.
-  const Region old = *remote;
+  Region old;  // what the initiator planned against: the address, generation and key
+  old.data = remote->data;
+  old.generation = remote->generation;
+  old.key = remote->key;
   ASSERT_TRUE(target_->ctx->CloseRegion(remote->data));
   ASSERT_TRUE(target_->ctx->WaitNoPins(10s));
-  ASSERT_TRUE(target_->transport->UnregisterMemory(Addr(remote->data), remote->length).ok());
-  Result<std::string> key = target_->transport->RegisterMemory(
-      Addr(remote->data), remote->length, Location::Cpu(), MemoryAccess::kRemote);
-  ASSERT_TRUE(key.ok()) << key.status();
+  ASSERT_TRUE(UnregisterFromTransport(target_, remote).ok());
+  const Status again = RegisterAgain(target_, remote);
+  ASSERT_TRUE(again.ok()) << again;
   target_->ctx->AddRegion(remote->data, remote->length, old.generation + 1, true,
                           GetParam().transport);
-  std::memset(remote->data, 0x11, remote->length);
+  ASSERT_TRUE(remote->bytes->Set(remote->offset, 0x11, remote->length).ok());
 
   SliceBatch stale(initiator_->ctx.get());
   Slice* s = stale.Add(Make(OpCode::kWrite, local->data, target_, &old, 0, 64 * kKiB));
   ASSERT_TRUE(Run(*link, stale));
   EXPECT_EQ(StatusCode::kStale, initiator_->ctx->StatusOf(s).code())
       << initiator_->ctx->StatusOf(s);
-  for (size_t i = 0; i < remote->length; ++i) {
-    ASSERT_EQ(0x11, remote->data[i]) << "a write with the old key landed at " << i;
-  }
+  const size_t landed = FirstNot(Bytes(remote, 0, remote->length), 0x11);
+  EXPECT_EQ(std::string::npos, landed) << "a write with the old key landed at " << landed;
 }
 
 TEST_P(ConformanceTest, ConcurrentBatchesFromManyThreads) {
@@ -458,18 +557,18 @@ TEST_P(ConformanceTest, NoByteLandsAfterUnregisterDuringTraffic) {
   EXPECT_TRUE(WaitUntil([&] { return batches_before.load() >= 2 || hung.load() > 0; }, 30s));
   ASSERT_TRUE(target_->ctx->CloseRegion(remote->data));
   ASSERT_TRUE(target_->ctx->WaitNoPins(10s)) << "pins did not drain";
-  ASSERT_TRUE(target_->transport->UnregisterMemory(Addr(remote->data), remote->length).ok());
+  ASSERT_TRUE(UnregisterFromTransport(target_, remote).ok());
   unregistered.store(true);
-  std::memset(remote->data, 0x5C, remote->length);  // nothing may change this any more
+  // Nothing may change this any more.
+  ASSERT_TRUE(remote->bytes->Set(remote->offset, 0x5C, remote->length).ok());
   // ...and goes on after it: batches submitted after unregister ran to their end.
   EXPECT_TRUE(WaitUntil([&] { return batches_after.load() >= 3 || hung.load() > 0; }, 30s));
   stop.store(true);
   writer.join();
   EXPECT_EQ(0, hung.load()) << "a batch did not complete within the bound";
   EXPECT_EQ(0, ok_after_unregister.load()) << "a write was reported done after unregister";
-  for (size_t i = 0; i < remote->length; ++i) {
-    ASSERT_EQ(0x5C, remote->data[i]) << "a byte landed after unregister, at " << i;
-  }
+  const size_t landed = FirstNot(Bytes(remote, 0, remote->length), 0x5C);
+  EXPECT_EQ(std::string::npos, landed) << "a byte landed after unregister, at " << landed;
 }
 
 TEST_P(ConformanceTest, ManyPeers) {
@@ -498,7 +597,7 @@ TEST_P(ConformanceTest, ManyPeers) {
   for (int i = 0; i < kPeers; ++i) {
     ASSERT_TRUE(initiator_->ctx->WaitAll(writes[i]->ptrs, kWait));
     ASSERT_TRUE(AllOk(*writes[i]));
-    EXPECT_EQ(0, std::memcmp(remotes[i]->data, local->data + i * kSize, kSize)) << "peer " << i;
+    EXPECT_TRUE(Same(Bytes(remotes[i], 0, kSize), local->data + i * kSize, kSize)) << "peer " << i;
   }
   for (int i = 0; i < kPeers; ++i) {
     uint8_t* back = local->data + (kPeers + i) * kSize;
@@ -550,6 +649,13 @@ TEST_P(ConformanceTest, StopCompletesEverySliceExactlyOnce) {
 }
 
 std::string ParamName(const ::testing::TestParamInfo<Target>& info) { return info.param.name; }
+
+}  // namespace
+
+// How gtest prints a failing case's parameter: its name, not its bytes.
+void PrintTo(const Target& target, std::ostream* os) { *os << target.name; }
+
+namespace {
 
 INSTANTIATE_TEST_SUITE_P(Transports, ConformanceTest, ::testing::ValuesIn(Targets()), ParamName);
 

@@ -1,6 +1,13 @@
 #include "transport/conformance/test_context.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <utility>
+
+#include "common/log.h"
 
 namespace ferry::transport_testing {
 
@@ -193,6 +200,86 @@ uint64_t TestContext::completions() {
 uint64_t TestContext::duplicate_completions() {
   MutexLock lock(mu_);
   return duplicates_;
+}
+
+std::unique_ptr<TargetBytes> TargetBytes::Memory(std::shared_ptr<uint8_t> memory, size_t length) {
+  std::unique_ptr<TargetBytes> bytes(new TargetBytes());
+  bytes->memory_ = std::move(memory);
+  bytes->length_ = length;
+  return bytes;
+}
+
+Result<std::unique_ptr<TargetBytes>> TargetBytes::File(const std::string& directory,
+                                                       size_t length) {
+  std::string path = directory + "/ferry-target-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) {
+    return InternalError("cannot make a file in '" + directory + "': " + ErrnoText(errno));
+  }
+  std::unique_ptr<TargetBytes> bytes(new TargetBytes());
+  bytes->path_ = path;
+  bytes->fd_ = fd;
+  bytes->length_ = length;
+  if (::ftruncate(fd, static_cast<off_t>(length)) != 0) {
+    return InternalError("cannot size '" + path + "' to " + std::to_string(length) +
+                         " bytes: " + ErrnoText(errno));
+  }
+  return bytes;
+}
+
+TargetBytes::~TargetBytes() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+}
+
+Result<std::vector<uint8_t>> TargetBytes::Read(size_t pos, size_t n) const {
+  if (pos > length_ || n > length_ - pos) {
+    return InvalidArgumentError("[" + std::to_string(pos) + ", +" + std::to_string(n) +
+                                ") is outside the " + std::to_string(length_) + "-byte backing");
+  }
+  std::vector<uint8_t> out(n);
+  if (memory_ != nullptr) {
+    if (n > 0) std::memcpy(out.data(), memory_.get() + pos, n);
+    return out;
+  }
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd_, out.data() + done, n - done, static_cast<off_t>(pos + done));
+    if (got <= 0) {
+      return InternalError("pread of '" + path_ + "' at " + std::to_string(pos + done) + ": " +
+                           (got == 0 ? std::string("end of file") : ErrnoText(errno)));
+    }
+    done += static_cast<size_t>(got);
+  }
+  return out;
+}
+
+Status TargetBytes::Write(size_t pos, const uint8_t* in, size_t n) {
+  if (pos > length_ || n > length_ - pos) {
+    return InvalidArgumentError("[" + std::to_string(pos) + ", +" + std::to_string(n) +
+                                ") is outside the " + std::to_string(length_) + "-byte backing");
+  }
+  if (memory_ != nullptr) {
+    if (n > 0) std::memcpy(memory_.get() + pos, in, n);
+    return Status::Ok();
+  }
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t put = ::pwrite(fd_, in + done, n - done, static_cast<off_t>(pos + done));
+    if (put <= 0) {
+      return InternalError("pwrite of '" + path_ + "' at " + std::to_string(pos + done) + ": " +
+                           (put == 0 ? std::string("nothing written") : ErrnoText(errno)));
+    }
+    done += static_cast<size_t>(put);
+  }
+  return Status::Ok();
+}
+
+Status TargetBytes::Set(size_t pos, uint8_t value, size_t n) {
+  const std::vector<uint8_t> bytes(n, value);
+  return Write(pos, bytes.data(), n);
 }
 
 Slice* SliceBatch::Add(const Slice& slice) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -93,6 +94,45 @@ class TestContext final : public TransportContext {
   uint64_t pin_calls_ GUARDED_BY(mu_) = 0;
   uint64_t completions_ GUARDED_BY(mu_) = 0;
   uint64_t duplicates_ GUARDED_BY(mu_) = 0;
+};
+
+// The bytes behind a target-side buffer, for tests to set and check, guard bytes included:
+// memory (memcpy) or a file (pread/pwrite; for transports whose target buffers are file windows,
+// TransportCapabilities::file_buffers). Positions count from the start of the backing, which may
+// be larger than the registered window. A range outside the backing is InvalidArgument; a
+// pread/pwrite that fails or comes short is Internal naming the file and errno.
+//
+// Thread contract: Read and Write may be called from several threads on disjoint ranges (or
+// ranges only read); the object itself does not change after it was made.
+class TargetBytes {
+ public:
+  // `length` bytes at `memory` (kept alive by the shared pointer).
+  static std::unique_ptr<TargetBytes> Memory(std::shared_ptr<uint8_t> memory, size_t length);
+  // A new file of `length` bytes (zeros) in `directory`, removed when this is destroyed.
+  static Result<std::unique_ptr<TargetBytes>> File(const std::string& directory, size_t length);
+  ~TargetBytes();
+  TargetBytes(const TargetBytes&) = delete;
+  TargetBytes& operator=(const TargetBytes&) = delete;
+
+  size_t length() const { return length_; }
+  // The memory, or nullptr for a file.
+  uint8_t* memory() const { return memory_.get(); }
+  // The file's path, or empty for memory.
+  const std::string& path() const { return path_; }
+
+  // [pos, pos + n) of the backing.
+  Result<std::vector<uint8_t>> Read(size_t pos, size_t n) const;
+  // Sets [pos, pos + n) of the backing to `in`, or to `n` times `value`.
+  Status Write(size_t pos, const uint8_t* in, size_t n);
+  Status Set(size_t pos, uint8_t value, size_t n);
+
+ private:
+  TargetBytes() = default;
+
+  std::shared_ptr<uint8_t> memory_;
+  std::string path_;
+  int fd_ = -1;
+  size_t length_ = 0;
 };
 
 // Owns a batch of slices and their pointers; forgets them in `ctx` when destroyed, so a later

@@ -1,10 +1,12 @@
 #include "transport/file/file_transport.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -144,6 +146,23 @@ class FileTransport final : public Transport {
 
   Status Submit(PeerLink& peer_link, std::span<Slice* const> slices) override;
 
+  bool Reaches(const SegmentDesc& peer, const BufferDesc& buffer) override {
+    if (!buffer.file.has_value()) return false;
+    if (peer.incarnation == ctx_->incarnation()) return true;  // this engine's own file
+    const std::tuple<uint64_t, uint64_t, uint64_t> key{peer.incarnation, buffer.addr,
+                                                       buffer.generation};
+    {
+      LockGuard lock(visible_mu_);
+      if (auto it = visible_.find(key); it != visible_.end()) return it->second;
+    }
+    const bool same_host = !boot_id_.empty() && peer.host.boot_id == boot_id_;
+    const bool visible = Visible(*buffer.file, buffer.length, same_host).ok();
+    LockGuard lock(visible_mu_);
+    if (visible_.size() >= kMaxVisibleEntries) visible_.clear();  // bounded; recomputed on use
+    visible_[key] = visible;
+    return visible;
+  }
+
   Result<std::string> OnExchange(std::string_view) override {
     return InvalidArgumentError("the file transport exchanges nothing");
   }
@@ -152,6 +171,10 @@ class FileTransport final : public Transport {
   // The op for `slice`, or the reason it cannot run.
   Result<FileOp*> Resolve(FileLink& link, Slice* slice);
   Result<std::shared_ptr<FileHandle>> OpenRemote(const FileLink& link, const Window& w);
+  // Whether `file` (a window of `length` bytes) is visible here: the path its map names for this
+  // host holds the published file (stat, nothing opened). NotFound naming why not.
+  Status Visible(const FileWindow& file, uint64_t length, bool same_host) const;
+  static constexpr size_t kMaxVisibleEntries = 4096;
   // The ring, made on first use: an engine that never touches a file pays for no ring and no
   // thread. Canceled after Stop; Unavailable when io_uring cannot be set up.
   Result<UringQueue*> Queue() EXCLUDES(queue_mu_) {
@@ -169,6 +192,7 @@ class FileTransport final : public Transport {
   void Complete(FileOp* op, const Status& status) {
     Slice* slice = op->slice;
     slice->io_path = op->io_path;
+    slice->answered = !status.ok() && op->answered;  // the device's verdict, not a broken link
     op->pin.Release();
     delete op;
     ctx_->CompleteSlice(slice, status);
@@ -184,7 +208,29 @@ class FileTransport final : public Transport {
   std::atomic<UringQueue*> queue_{nullptr};  // queue_owner_, once made
   SharedMutex local_mu_;
   std::map<uint64_t, LocalFile> local_ GUARDED_BY(local_mu_);
+  // Reaches's answers by (peer incarnation, buffer addr, generation); at most
+  // kMaxVisibleEntries.
+  Mutex visible_mu_;
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t>, bool> visible_ GUARDED_BY(visible_mu_);
 };
+
+Status FileTransport::Visible(const FileWindow& file, uint64_t length, bool same_host) const {
+  auto path = file.paths.find(hostname_);
+  if (path == file.paths.end()) return NotFoundError("no path for host '" + hostname_ + "'");
+  struct stat st {};
+  if (::stat(path->second.c_str(), &st) != 0) {
+    return NotFoundError(file::FileErrno(path->second, "stat", errno));
+  }
+  const bool block = S_ISBLK(st.st_mode);
+  bool same = block || static_cast<uint64_t>(st.st_size) >= file.offset + length;
+  if (same_host) {
+    same = same && static_cast<uint64_t>(st.st_dev) == file.device &&
+           static_cast<uint64_t>(st.st_ino) == file.inode;
+  } else if (!block) {
+    same = same && static_cast<uint64_t>(st.st_ino) == file.inode;  // device numbers are per kernel
+  }
+  return same ? Status::Ok() : NotFoundError("'" + path->second + "' here is another file");
+}
 
 Result<std::shared_ptr<FileHandle>> FileTransport::OpenRemote(const FileLink& link,
                                                               const Window& w) {
@@ -294,8 +340,13 @@ Status FileTransport::Submit(PeerLink& peer_link, std::span<Slice* const> slices
   std::vector<std::pair<Slice*, Status>> refused;
   std::unordered_map<const FileHandle*, Status> checked;  // CheckIntact, once per file
   std::unordered_map<const FileHandle*, std::shared_ptr<SyncGroup>> groups;
-  std::vector<FileOp*> empty;  // nothing to move (a zero-length read would look like the end)
   for (Slice* slice : slices) {
+    // Zero bytes touch nothing (and a zero-length read would look like the end of the file):
+    // complete at once, as tcp does, also at the window's end where no pin can be taken.
+    if (slice->length == 0) {
+      refused.emplace_back(slice, Status::Ok());
+      continue;
+    }
     Result<FileOp*> op = Resolve(link, slice);
     if (!op.ok()) {
       refused.emplace_back(slice, op.status());
@@ -308,10 +359,6 @@ Status FileTransport::Submit(PeerLink& peer_link, std::span<Slice* const> slices
       refused.emplace_back(slice, at->second);
       o->pin.Release();
       delete o;
-      continue;
-    }
-    if (o->length == 0) {
-      empty.push_back(o);
       continue;
     }
     if (slice->sync && slice->op == OpCode::kWrite) {
@@ -337,14 +384,9 @@ Status FileTransport::Submit(PeerLink& peer_link, std::span<Slice* const> slices
         o->pin.Release();
         delete o;
       }
-      for (FileOp* o : empty) {
-        o->pin.Release();
-        delete o;
-      }
       return queued;
     }
   }
-  for (FileOp* o : empty) Complete(o, Status::Ok());
   for (auto& [slice, status] : refused) ctx_->CompleteSlice(slice, status);
   return Status::Ok();
 }

@@ -240,7 +240,10 @@ void UringQueue::Finish(FileOp* op, const Status& status, std::vector<FileOp*>* 
   }
   if (op->is_sync) {
     std::shared_ptr<SyncGroup> g = std::move(op->group);
-    for (FileOp* w : g->landed) complete_(w, status);
+    for (FileOp* w : g->landed) {
+      w->answered = op->answered;
+      complete_(w, status);
+    }
     g->landed.clear();
     delete op;
     return;
@@ -249,7 +252,9 @@ void UringQueue::Finish(FileOp* op, const Status& status, std::vector<FileOp*>* 
 }
 
 void UringQueue::OnResult(FileOp* op, int res, std::vector<FileOp*>* again) {
+  // An error from here on is the kernel's answer to this op: a verdict about the request.
   if (op->is_sync) {
+    op->answered = res < 0;
     Finish(op, res < 0 ? IoError(*op, -res) : Status::Ok(), again);
     return;
   }
@@ -264,6 +269,7 @@ void UringQueue::OnResult(FileOp* op, int res, std::vector<FileOp*>* again) {
       again->push_back(op);
       return;
     }
+    op->answered = true;
     Finish(op, IoError(*op, err), again);
     return;
   }
@@ -275,10 +281,12 @@ void UringQueue::OnResult(FileOp* op, int res, std::vector<FileOp*>* again) {
         why = InvalidArgumentError("file '" + op->file->path() + "' ended" + At(*op) +
                                    ", inside its window");
       }
+      op->answered = true;
       Finish(op, why, again);
       return;
     }
     if (++op->zero_results > kMaxZeroWrites) {
+      op->answered = true;
       Finish(op,
              UnavailableError("writing file '" + op->file->path() + "' moved no bytes" + At(*op)),
              again);

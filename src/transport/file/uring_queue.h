@@ -72,6 +72,9 @@ struct FileOp {
   uint8_t io_path = 0;               // kSliceIoDirect | kSliceIoBuffered, as it went
   std::shared_ptr<SyncGroup> group;  // set: complete only after the group's fdatasync
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // Set with an error the kernel returned for this op (ENOSPC, EIO, end of file inside the
+  // window): a verdict about the request, reported as Slice::answered.
+  bool answered = false;
   bool is_sync = false;       // internal: this op is a group's fdatasync
   uint32_t zero_results = 0;  // internal: writes that moved nothing, in a row
 };

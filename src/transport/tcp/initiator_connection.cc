@@ -565,6 +565,7 @@ void InitiatorConnection::FinishResponse() {
   Status status;
   if (response_.code != StatusCode::kOk) {
     status = Status(response_.code, "tcp target " + peer_name_ + ": " + message_);
+    slice->answered = true;  // the target's verdict on this request; the connection goes on
   }
   last_active_ = std::chrono::steady_clock::now();
   Complete(slice, status);

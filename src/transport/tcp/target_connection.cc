@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "common/crc32c.h"
@@ -26,6 +28,21 @@ constexpr uint64_t kDirectReadBytes = 8 * 1024;
 
 uint8_t* TargetPtr(uint64_t addr, uint64_t offset) {
   return reinterpret_cast<uint8_t*>(addr) + offset;  // NOLINT
+}
+
+// Staging for `length` bytes of a file buffer, page-aligned so that the owner's file I/O can go
+// O_DIRECT when the file offset and length allow; null when the allocation failed.
+std::shared_ptr<uint8_t[]> MakeStaging(uint64_t length) {
+  constexpr uint64_t kPage = 4096;
+  void* bytes =
+      std::aligned_alloc(kPage, std::max<uint64_t>(1, (length + kPage - 1) / kPage) * kPage);
+  if (bytes == nullptr) return nullptr;
+  return std::shared_ptr<uint8_t[]>(static_cast<uint8_t*>(bytes), [](uint8_t* p) { std::free(p); });
+}
+
+Status NoStaging(uint64_t length) {
+  return AgainError("tcp target: cannot allocate " + std::to_string(length) +
+                    " bytes of staging for a file buffer access");
 }
 
 }  // namespace
@@ -141,7 +158,7 @@ void TargetConnection::ReceiveReady() {
         ExpireWrite();
         continue;
       }
-      uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
+      uint8_t* const into = PayloadPtr(payload_got_);
       {
         const DmaScope dma;
         if (ReadSome(into, request_.length - payload_got_, &got) != Io::kProgress) break;
@@ -204,7 +221,7 @@ bool TargetConnection::ConsumeBuffered() {
         continue;
       }
       const uint64_t take = std::min<uint64_t>(available, request_.length - payload_got_);
-      uint8_t* const into = TargetPtr(request_.remote_addr, payload_got_);
+      uint8_t* const into = PayloadPtr(payload_got_);
       {
         const DmaScope dma;
         std::memcpy(into, from, take);
@@ -230,6 +247,10 @@ void TargetConnection::ExpireWrite() {
   // The deadline passed mid-payload: not one more byte lands; the rest is discarded.
   runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
   pin_.Release();
+  if (write_staging_ != nullptr) {  // nothing of it reaches the file
+    write_staging_.reset();
+    staged_ -= request_.length;
+  }
   rejection_ = TimeoutError(
       "tcp target: the write's deadline passed while its payload "
       "streamed in; it is incomplete");
@@ -237,10 +258,20 @@ void TargetConnection::ExpireWrite() {
 }
 
 bool TargetConnection::FinishWrite() {
-  // Every byte is in memory: the access is over, then the WRITE is answered.
-  pin_.Release();
+  // Every byte is in memory: the access is over, then the WRITE is answered. A file buffer's
+  // bytes are in the staging: checked, they go on to the file, and the answer waits for that.
   phase_ = Phase::kHeader;
-  if (request_.payload_checksum && payload_crc_ != request_.payload_crc) {
+  const bool checksum_ok = !request_.payload_checksum || payload_crc_ == request_.payload_crc;
+  if (write_staging_ != nullptr && checksum_ok) {
+    StartFileWrite();
+    return true;
+  }
+  pin_.Release();
+  if (write_staging_ != nullptr) {  // a bad checksum: nothing reaches the file
+    write_staging_.reset();
+    staged_ -= request_.length;
+  }
+  if (!checksum_ok) {
     // The corrupted bytes are in the region already: the WRITE must fail, not succeed.
     BadFrame(ChecksumMismatch("payload of WRITE request " + std::to_string(request_.request_id) +
                                   " (" + std::to_string(request_.length) + " bytes)",
@@ -253,7 +284,8 @@ bool TargetConnection::FinishWrite() {
 }
 
 bool TargetConnection::Throttled() const {
-  return phase_ == Phase::kHeader && header_got_ == 0 && responses_.size() >= kMaxQueuedResponses;
+  return phase_ == Phase::kHeader && header_got_ == 0 &&
+         (responses_.size() >= kMaxQueuedResponses || parked_);
 }
 
 void TargetConnection::BadFrame(const std::string& what) {
@@ -308,6 +340,12 @@ bool TargetConnection::OnRequestHeader() {
   last_request_id_ = request.request_id;
   payload_got_ = 0;
   payload_crc_ = 0;
+  StartRequest();
+  return true;
+}
+
+void TargetConnection::StartRequest() {
+  const RequestHeader& request = request_;
   if (RequestExpired()) {
     // Checked before anything is pinned or moved: an expired request never starts.
     runtime_->counters.expired_accesses.fetch_add(1, std::memory_order_relaxed);
@@ -319,7 +357,30 @@ bool TargetConnection::OnRequestHeader() {
     } else {
       QueueResponse(expired, nullptr, 0, AccessPin());
     }
-    return true;
+    return;
+  }
+  const bool file = runtime_->ctx->IsFileAddress(request.remote_addr);
+  if (file) {
+    const uint64_t budget = runtime_->options.file_staging_bytes;
+    if (request.length > budget) {
+      runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
+      const Status refused = InvalidArgumentError(
+          "tcp target: an access to a file buffer through its owner moves at most " +
+          std::to_string(budget) + " bytes per request, not " + std::to_string(request.length) +
+          " (TcpTransportOptions::file_staging_bytes)");
+      if (request.op == WireOp::kWrite) {
+        rejection_ = refused;
+        phase_ = Phase::kDiscard;
+      } else {
+        QueueResponse(refused, nullptr, 0, AccessPin());
+      }
+      return;
+    }
+    if (staged_ + request.length > budget) {
+      parked_ = true;  // nothing pinned; served once answers free the staging (MaybeUnpark)
+      runtime_->counters.file_staging_waits.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
   }
   Result<AccessPin> pin = runtime_->ctx->PinRemoteAccess(
       request.remote_addr, request.length, request.incarnation, request.generation, "tcp");
@@ -328,41 +389,149 @@ bool TargetConnection::OnRequestHeader() {
     if (pin.ok()) {
       pin_ = std::move(pin).value();
       phase_ = Phase::kPayload;
+      if (file) {
+        // Its payload lands in the staging, never at the file address.
+        write_staging_ = MakeStaging(request.length);
+        if (write_staging_ == nullptr) {
+          pin_.Release();
+          rejection_ = NoStaging(request.length);
+          phase_ = Phase::kDiscard;
+        } else {
+          staged_ += request.length;
+        }
+      }
     } else {
       rejection_ = pin.status();
       phase_ = Phase::kDiscard;
     }
-    return true;
+    return;
   }
-  if (pin.ok()) {
+  if (!pin.ok()) {
+    QueueResponse(pin.status(), nullptr, 0, AccessPin());
+  } else if (file) {
+    StartFileRead(std::move(pin).value());
+  } else {
     QueueResponse(Status::Ok(), TargetPtr(request.remote_addr, 0), request.length,
                   std::move(pin).value());
-  } else {
-    QueueResponse(pin.status(), nullptr, 0, AccessPin());
   }
-  return true;
+}
+
+uint8_t* TargetConnection::PayloadPtr(uint64_t offset) const {
+  return write_staging_ != nullptr ? write_staging_.get() + offset
+                                   : TargetPtr(request_.remote_addr, offset);
+}
+
+void TargetConnection::StartFileRead(AccessPin pin) {
+  std::shared_ptr<uint8_t[]> staging = MakeStaging(request_.length);
+  if (staging == nullptr) {
+    QueueResponse(NoStaging(request_.length), nullptr, 0, AccessPin());
+    return;
+  }
+  Response& r = responses_.emplace_back();
+  r.staging = std::move(staging);
+  r.staged = request_.length;
+  staged_ += r.staged;
+  r.file_read = true;
+  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
+  StartFileIo(r, OpCode::kRead, std::move(pin));
+}
+
+void TargetConnection::StartFileWrite() {
+  Response& r = responses_.emplace_back();
+  r.staging = std::move(write_staging_);  // staged_ already counts it
+  r.staged = request_.length;
+  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
+  StartFileIo(r, OpCode::kWrite, std::move(pin_));
+}
+
+void TargetConnection::StartFileIo(Response& r, OpCode op, AccessPin pin) {
+  r.pending = true;
+  r.request_id = request_.request_id;
+  r.checksum = request_.payload_checksum;
+  r.file_io = ++next_file_io_;
+  TransportContext::FileIo io;
+  io.op = op;
+  io.addr = request_.remote_addr;
+  io.length = request_.length;
+  io.incarnation = request_.incarnation;
+  io.generation = request_.generation;
+  io.staging = r.staging.get();
+  if (request_.deadline != kNoDeadline) {
+    io.deadline = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(
+        static_cast<int64_t>(std::min<uint64_t>(request_.deadline, INT64_MAX))));
+  }
+  // The staging lives until the I/O ended, whatever becomes of this connection; the answer goes
+  // back to the loop thread (dropped when the loop is stopping).
+  io.done = [self = shared_from_this(), id = r.file_io, staging = r.staging](const Status& s) {
+    self->loop_->Post([self, id, s] { self->OnFileIoDone(id, s); });
+  };
+  Status started = runtime_->ctx->StartFileIo(std::move(io), std::move(pin));
+  if (started.ok()) runtime_->counters.file_accesses.fetch_add(1, std::memory_order_relaxed);
+  if (!started.ok()) {
+    runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
+    r.pending = false;
+    staged_ -= r.staged;
+    r.staged = 0;
+    r.staging.reset();
+    FillResponse(r, r.request_id, r.checksum, started, nullptr, 0);
+  }
+}
+
+void TargetConnection::OnFileIoDone(uint64_t id, const Status& status) {
+  if (closed_) return;
+  for (Response& r : responses_) {
+    if (!r.pending || r.file_io != id) continue;
+    r.pending = false;
+    if (status.ok() && r.file_read) {
+      FillResponse(r, r.request_id, r.checksum, status, r.staging.get(), r.staged);
+    } else {
+      staged_ -= r.staged;  // a WRITE's staging, or a failed READ's: no longer needed
+      r.staged = 0;
+      r.staging.reset();
+      FillResponse(r, r.request_id, r.checksum, status, nullptr, 0);
+    }
+    last_progress_ = std::chrono::steady_clock::now();
+    SendReady();  // also serves a request parked for staging (MaybeUnpark)
+    return;
+  }
+}
+
+void TargetConnection::MaybeUnpark() {
+  if (!parked_ || closed_ || closing_) return;
+  if (staged_ + request_.length > runtime_->options.file_staging_bytes) return;
+  parked_ = false;
+  StartRequest();
+  // Requests read ahead (or the parked WRITE's payload) go on in a later turn of the loop.
+  (void)loop_->Post([self = shared_from_this()] {
+    if (!self->closed_) self->ReceiveReady();
+  });
 }
 
 void TargetConnection::QueueResponse(const Status& status, const uint8_t* payload, uint64_t length,
                                      AccessPin pin) {
   Response& r = responses_.emplace_back();
+  r.pin = std::move(pin);
+  FillResponse(r, request_.request_id, request_.payload_checksum, status, payload, length);
+  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
+}
+
+void TargetConnection::FillResponse(Response& r, uint64_t request_id, bool checksum,
+                                    const Status& status, const uint8_t* payload, uint64_t length) {
   r.message = std::string(ClampMessage(status.message()));
   r.payload = payload;
   r.payload_length = length;
-  r.pin = std::move(pin);
   ResponseHeader header;
-  header.request_id = request_.request_id;
+  header.request_id = request_id;
   header.code = status.code();
   header.message_length = static_cast<uint16_t>(r.message.size());
   header.payload_length = length;
   header.body_crc = Crc32c(r.message);
-  if (length > 0 && request_.payload_checksum) {
+  if (length > 0 && checksum) {
     const DmaScope dma;
     header.body_crc = Crc32cExtend(header.body_crc, payload, length);
   }
   EncodeResponseHeader(header, r.header);
   r.total = kResponseHeaderSize + r.message.size() + length;
-  if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
 }
 
 void TargetConnection::QueueNotice(const Status& why) {
@@ -389,6 +558,7 @@ void TargetConnection::SendReady() {
     size_t n = 0;
     for (size_t i = 0; i < responses_.size() && n + 3 <= kMaxIov; ++i) {
       Response& r = responses_[i];
+      if (r.pending) break;  // answers go in order: this one waits for its file I/O
       uint64_t at = r.sent;  // offset in header + message + payload
       if (at < r.header_size) {
         iov[n++] = {r.header.data() + at, r.header_size - at};
@@ -403,6 +573,7 @@ void TargetConnection::SendReady() {
         iov[n++] = {const_cast<uint8_t*>(r.payload) + (at - message_end), r.total - at};
       }
     }
+    if (n == 0) break;  // the first answer waits for its file I/O
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = n;
@@ -425,9 +596,13 @@ void TargetConnection::SendReady() {
       const uint64_t take = std::min(left, r.total - r.sent);
       r.sent += take;
       left -= take;
-      if (r.sent == r.total) responses_.pop_front();  // releases a READ's pin
+      if (r.sent == r.total) {
+        staged_ -= r.staged;
+        responses_.pop_front();  // releases a READ's pin (or staging)
+      }
     }
   }
+  MaybeUnpark();
   if (!closed_ && closing_ && responses_.empty() && !shut_down_) {
     // The closing notice is out: end our side. The connection closes when the initiator hangs
     // up (it reads the notice, then EOF) or after io_timeout.
@@ -440,7 +615,11 @@ void TargetConnection::SendReady() {
 void TargetConnection::UpdateInterest() {
   if (closed_ || !watched_) return;
   const bool throttled = Throttled();
-  const bool to_send = auth_.has_value() ? !auth_->output().empty() : !responses_.empty();
+  // An answer waiting for its file I/O sends nothing yet (nor do those behind it): watching for
+  // EPOLLOUT then would wake this level-triggered loop at once, again and again, until the I/O
+  // ended; its completion (OnFileIoDone) sends instead.
+  const bool to_send = auth_.has_value() ? !auth_->output().empty()
+                                         : !responses_.empty() && !responses_.front().pending;
   const uint32_t want =
       (throttled || closing_ ? 0u : EPOLLIN) | EPOLLRDHUP | (to_send ? EPOLLOUT : 0u);
   if (want == interest_) return;
@@ -497,7 +676,9 @@ void TargetConnection::Close(const std::string& why) {
   if (watched_) loop_->Unwatch(this, fd_.get());
   fd_.Reset();
   pin_.Release();
-  responses_.clear();  // releases READ pins
+  write_staging_.reset();
+  parked_ = false;
+  responses_.clear();  // releases READ pins (file I/O in flight keeps its staging until it ends)
 }
 
 }  // namespace ferry::tcp

@@ -23,6 +23,20 @@
 // ahead waiting in the buffer) until the initiator takes them. Its copies between sockets and
 // pinned memory stand for a NIC's DMA (common/dma_scope.h).
 //
+// File buffers (TransportContext::IsFileAddress): their addresses are never dereferenced. An
+// access to one is pinned like any other, then its bytes go through a staging buffer of this
+// connection: a READ's answer waits in order (answers behind it wait too) until
+// TransportContext::StartFileIo filled the staging from the file, and is then sent from it; a
+// WRITE's payload lands in the staging, is checked (checksum), and only then written to the file
+// with StartFileIo, the answer waiting for that write. The pin goes with the I/O and is held until
+// it ended. The staging a connection holds is bounded (TcpTransportOptions::file_staging_bytes):
+// a request that would exceed it is parked, unpinned, and the connection reads nothing more
+// until answers leaving free enough; one longer than the whole budget is refused
+// (InvalidArgument); a staging that cannot be allocated refuses the request (Again). While the
+// first answer waits for its I/O the connection does not watch for writability (the loop would
+// spin); the I/O's completion comes back to the loop thread as a posted task and sends. A
+// connection closed meanwhile drops it (the staging lives until the I/O ended).
+//
 // Thread contract: every method runs on the connection's loop thread.
 #pragma once
 
@@ -70,11 +84,21 @@ class TargetConnection final : public IoHandler,
     std::array<uint8_t, kResponseHeaderSize> header{};
     size_t header_size = kResponseHeaderSize;  // kHelloSize for a hello reply
     std::string message;
-    const uint8_t* payload = nullptr;  // READ data, inside `pin`'s range
+    const uint8_t* payload = nullptr;  // READ data, inside `pin`'s range (or in `staging`)
     uint64_t payload_length = 0;
     AccessPin pin;  // held until the payload is sent
     uint64_t total = 0;
     uint64_t sent = 0;
+    // A file access through this engine: the staging it holds (shared with the I/O until that
+    // ended), counted in staged_ until this answer goes; `file_io` names it for the completion,
+    // and `pending` holds this answer (and those behind it) until the I/O ended.
+    std::shared_ptr<uint8_t[]> staging;
+    uint64_t staged = 0;
+    uint64_t file_io = 0;
+    bool file_read = false;  // a READ: its payload is the staging
+    bool pending = false;
+    uint64_t request_id = 0;
+    bool checksum = false;
   };
 
   void ReceiveReady();
@@ -93,6 +117,21 @@ class TargetConnection final : public IoHandler,
   bool Throttled() const;
   // A whole request header arrived: check it and start serving it. False: closed.
   bool OnRequestHeader();
+  // Serves request_ (decoded): refuses it when expired, parks it when it is a file access the
+  // staging cannot take yet, else pins it and starts it.
+  void StartRequest();
+  // A READ of a file buffer, pinned: queues its pending answer and starts the file read.
+  void StartFileRead(AccessPin pin);
+  // The WRITE whose payload landed in write_staging_ is checked: write it to the file.
+  void StartFileWrite();
+  // Starts the I/O of `r` (pending, queued last) with StartFileIo; on a refusal answers with it.
+  void StartFileIo(Response& r, OpCode op, AccessPin pin);
+  // The file I/O `id` ended (loop thread, posted by its completion).
+  void OnFileIoDone(uint64_t id, const Status& status);
+  // The parked request fits the staging now: serve it, and read on.
+  void MaybeUnpark();
+  // Where the payload byte `offset` of the WRITE being received lands.
+  uint8_t* PayloadPtr(uint64_t offset) const;
   // A whole hello arrived in header_bytes_: answer it. False: closed.
   bool OnHello();
   // Whether the request being served passed its deadline (this host's clock).
@@ -100,6 +139,9 @@ class TargetConnection final : public IoHandler,
   // Counts and logs a bad frame, queues the closing notice saying `what` and stops reading.
   void BadFrame(const std::string& what);
   void QueueResponse(const Status& status, const uint8_t* payload, uint64_t length, AccessPin pin);
+  // Encodes `r`'s header (and message) for `status` and a payload of `length` bytes at `payload`.
+  static void FillResponse(Response& r, uint64_t request_id, bool checksum, const Status& status,
+                           const uint8_t* payload, uint64_t length);
   void QueueNotice(const Status& why);
   void SendReady();
   void UpdateInterest();
@@ -125,17 +167,23 @@ class TargetConnection final : public IoHandler,
   RequestHeader request_;
   uint64_t last_request_id_ = 0;
   uint64_t payload_got_ = 0;
-  uint32_t payload_crc_ = 0;            // of the WRITE payload received so far (when checksummed)
-  bool closing_ = false;                // a closing notice is queued: nothing more is read
-  bool shut_down_ = false;              // our side is shut down (the notice is out)
-  AccessPin pin_;                       // the WRITE being received
-  Status rejection_;                    // the WRITE being discarded
+  uint32_t payload_crc_ = 0;  // of the WRITE payload received so far (when checksummed)
+  bool closing_ = false;      // a closing notice is queued: nothing more is read
+  bool shut_down_ = false;    // our side is shut down (the notice is out)
+  AccessPin pin_;             // the WRITE being received
+  Status rejection_;          // the WRITE being discarded
   // Bytes read ahead of the request being parsed: [in_begin_, in_end_) of read_ahead_ (made on
   // first use) wait only while the connection is throttled.
   std::unique_ptr<uint8_t[]> read_ahead_;
   size_t in_begin_ = 0;
   size_t in_end_ = 0;
   std::deque<Response> responses_;
+  // File buffers: staging held (answers' and write_staging_), the WRITE payload being received
+  // into staging, the request parked for want of staging, and the next file I/O's name.
+  uint64_t staged_ = 0;
+  std::shared_ptr<uint8_t[]> write_staging_;
+  bool parked_ = false;
+  uint64_t next_file_io_ = 0;
 };
 
 }  // namespace ferry::tcp

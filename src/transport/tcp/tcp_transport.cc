@@ -38,6 +38,10 @@ Result<TcpTransportOptions> Resolve(TcpTransportOptions o) {
                                 std::to_string(o.stripe_size));
   }
   if (o.io_timeout.count() <= 0) return InvalidArgumentError("tcp io_timeout must be > 0");
+  if (o.file_staging_bytes < 4096) {
+    return InvalidArgumentError("tcp file_staging_bytes must be >= 4096, got " +
+                                std::to_string(o.file_staging_bytes));
+  }
   if (o.idle_timeout.count() < 0) return InvalidArgumentError("tcp idle_timeout must be >= 0");
   if (o.io_threads == 0) {
     o.io_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, kMaxIoThreads);
@@ -69,7 +73,8 @@ TransportCapabilities TcpTransport::capabilities() const {
   TransportCapabilities caps;
   caps.reaches_other_hosts = true;
   caps.reaches_device_memory = false;
-  caps.max_slice_size = tcp::kMaxPayloadBytes;  // one request frame's payload
+  // One request frame's payload, and what a target may stage for a file buffer.
+  caps.max_slice_size = std::min(tcp::kMaxPayloadBytes, options_.file_staging_bytes);
   return caps;
 }
 
@@ -120,7 +125,9 @@ Result<std::string> TcpTransport::RegisterMemory(uint64_t /*addr*/, uint64_t /*l
                                                  const Location& location,
                                                  MemoryAccess /*access*/) {
   if (location.is_device()) {
-    return InvalidArgumentError("tcp reaches host memory only, not " + location.ToString());
+    // NotFound: not reachable by tcp (the engine registers it with the transports that reach
+    // it, e.g. cuda-ipc), not a bad request.
+    return NotFoundError("tcp reaches host memory only, not " + location.ToString());
   }
   return std::string();
 }
@@ -180,6 +187,8 @@ TcpTransportStats TcpTransport::stats() const {
   out.idle_closes = c.idle_closes.load(std::memory_order_relaxed);
   out.expired_accesses = c.expired_accesses.load(std::memory_order_relaxed);
   out.auth_refusals = runtime_->refusals.count();
+  out.file_accesses = c.file_accesses.load(std::memory_order_relaxed);
+  out.file_staging_waits = c.file_staging_waits.load(std::memory_order_relaxed);
   return out;
 }
 
@@ -195,7 +204,9 @@ std::vector<std::pair<std::string, uint64_t>> TcpTransport::Counters() const {
           {"deadline_resets", s.deadline_resets},
           {"idle_closes", s.idle_closes},
           {"expired_accesses", s.expired_accesses},
-          {"auth_refusals", s.auth_refusals}};
+          {"auth_refusals", s.auth_refusals},
+          {"file_accesses", s.file_accesses},
+          {"file_staging_waits", s.file_staging_waits}};
 }
 
 std::unique_ptr<Transport> CreateTcpTransport(const TcpTransportOptions& options) {
