@@ -69,7 +69,9 @@ struct Task {
 
   std::atomic<Transport*> carrier{nullptr};  // `transport`, for status readers on other threads
   // The metrics series of the current plan's (transport, peer) (engine_metrics.h), set with
-  // `transport`; null before the first plan chose one. Atomic: the deadline timer reads it.
+  // `transport`; null before the first plan chose one. Atomic: the deadline timer and
+  // cancelBatch read it on other threads; stored with release and loaded with acquire, so that a
+  // series a worker just created is seen whole by the thread that ends the task.
   std::atomic<SeriesCounters*> series{nullptr};
   std::atomic<bool> fallback_tried{false};   // another transport was tried after a failure
   std::atomic<uint32_t> retries{0};          // attempts after the first

@@ -297,8 +297,8 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     if (own_file != nullptr && !own_file->file.has_value()) own_file = nullptr;
   }
   if (desc.name == name_ && desc.incarnation == incarnation_ && own_file == nullptr) {
-    if (task->series.load(std::memory_order_relaxed) == nullptr) {
-      task->series.store(counters_->Series("local", name_), std::memory_order_relaxed);
+    if (task->series.load(std::memory_order_acquire) == nullptr) {
+      task->series.store(counters_->Series("local", name_), std::memory_order_release);
     }
     bool file_target = false;
     Status copied = LocalCopy(task, &file_target);
@@ -373,9 +373,9 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     task->transport = transport;
     task->carrier.store(transport);
     // The series lookup takes the counters' lock: once per task and transport, never per slice.
-    if (const engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed);
+    if (const engine::SeriesCounters* series = task->series.load(std::memory_order_acquire);
         series == nullptr || series->transport != name) {
-      task->series.store(counters_->Series(name, desc.name), std::memory_order_relaxed);
+      task->series.store(counters_->Series(name, desc.name), std::memory_order_release);
     }
     task->link = std::move(link).value();
     task->planned_incarnation = desc.incarnation;
@@ -440,7 +440,7 @@ Status TransferEngine::Impl::LocalCopy(Task* task, bool* file_target) {
   }
   task->transferred.store(r.length);
   task->slices_left.store(0);
-  if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+  if (engine::SeriesCounters* series = task->series.load(std::memory_order_acquire)) {
     series->slices_handed.fetch_add(1, std::memory_order_relaxed);
     series->RecordSlice(r.opcode, r.length, true);
   }
@@ -537,7 +537,7 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
   for (Task* task : tasks) {
     task->slices_left.store(task->slices.size());
     backlog->deadline = std::min(backlog->deadline, task->deadline);
-    if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+    if (engine::SeriesCounters* series = task->series.load(std::memory_order_acquire)) {
       series->slices_handed.fetch_add(task->slices.size(), std::memory_order_relaxed);
     }
   }
@@ -604,7 +604,7 @@ void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
   Task* task = static_cast<Task*>(slice->task);
   if (slice->io_path != 0) task->file_io.fetch_or(slice->io_path, std::memory_order_relaxed);
   // Lock-free and allocation-free (engine_metrics.h); before slices_left lets the task go.
-  if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+  if (engine::SeriesCounters* series = task->series.load(std::memory_order_acquire)) {
     series->RecordSlice(slice->op, slice->length, status.ok());
   }
   if (status.ok()) {
@@ -676,7 +676,7 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
   if (code == StatusCode::kStale) {
     // The target's identity changed under the plan: refresh the cache for the next request,
     // never retry this one.
-    if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+    if (engine::SeriesCounters* series = task->series.load(std::memory_order_acquire)) {
       series->stale_refreshes.fetch_add(1, std::memory_order_relaxed);
     }
     if (health_->AllowRefresh(peer)) directory_->Invalidate(peer);
@@ -695,7 +695,7 @@ void TransferEngine::Impl::OnAllSlicesDone(Task* task) {
     task->retries.fetch_add(1);
     // Counted on the failed attempt's series (the retry may plan another transport), and only
     // once the retry is on its way.
-    engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed);
+    engine::SeriesCounters* series = task->series.load(std::memory_order_acquire);
     BatchPtr batch = task->batch->shared_from_this();
     Status posted = workers_->Post(peer, [this, batch, task, error] { RetryTask(task, error); });
     if (posted.ok()) {
@@ -724,7 +724,7 @@ void TransferEngine::Impl::RetryTask(Task* task, Status error) {
   }
   if (can_fall_back) {
     task->fallback_tried.store(true);
-    if (engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed)) {
+    if (engine::SeriesCounters* series = task->series.load(std::memory_order_acquire)) {
       series->fallbacks.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -743,7 +743,7 @@ void TransferEngine::Impl::EndTask(Task* task, TransferState state, const Status
   const Clock::TimePoint now = clock_->Now();
   if (!task->Finish(state, reason, now, &last)) return;
   // Every caller holds the batch (so the task) alive through this call.
-  engine::SeriesCounters* series = task->series.load(std::memory_order_relaxed);
+  engine::SeriesCounters* series = task->series.load(std::memory_order_acquire);
   if (series == nullptr) {  // ended before a plan chose a transport (a failure path)
     // A segment id this engine does not know gets no label of its own (never "#<id>"): ids
     // are the caller's, and labels stay names of segments.
