@@ -23,6 +23,9 @@ json_field() { sed -n "s/.*\"$2\":\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1"; }
 # start_target [ferry-bench target flags...]: starts a P2PHANDSHAKE tcp target on 127.0.0.1 and
 # waits (bounded, 30 s) for its ready line; sets target_pid, ready, segment and target_addr.
 start_target() {
+  # Emptied here: the background job truncates its redirections only once it runs, and until
+  # then the file could still show a previous target's ready line.
+  : >"$work/target.out"
   "$bin/ferry-bench" --mode=target --protocol=tcp --metadata_server=P2PHANDSHAKE \
     --host=127.0.0.1 "$@" >"$work/target.out" 2>"$work/target.err" &
   target_pid=$!

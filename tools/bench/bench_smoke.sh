@@ -35,17 +35,23 @@ trap cleanup EXIT
 
 # start_target <flags...>: sets target_pid, segment and addr (for --target_addr) once the ready
 # line is there.
+# Each target writes files of its own: the shell opens (and truncates) a background job's
+# redirections only once the job runs, so a shared file could still show the previous target's
+# ready line.
+targets=0
 start_target() {
-  "$bench" --mode=target --check --buffer_size=4M "$@" >"$work/out" 2>"$work/err" &
+  targets=$((targets + 1))
+  local out="$work/out.$targets" err="$work/err.$targets"
+  "$bench" --mode=target --check --buffer_size=4M "$@" >"$out" 2>"$err" &
   target_pid=$!
   ready=""
   for _ in $(seq 300); do
-    ready=$(grep -m1 '^ready ' "$work/out" || true)
+    ready=$(grep -m1 '^ready ' "$out" 2>/dev/null || true)
     [[ -n "$ready" ]] && break
     kill -0 "$target_pid" 2>/dev/null || break
     sleep 0.1
   done
-  [[ -n "$ready" ]] || { echo "target not ready"; cat "$work/err"; exit 1; }
+  [[ -n "$ready" ]] || { echo "target not ready"; cat "$err"; exit 1; }
   segment=$(sed -n 's/.* segment=\([^ ]*\).*/\1/p' <<<"$ready")
   addr=$(sed -n 's/.* addr=\([^ ]*\).*/\1/p' <<<"$ready")
 }
