@@ -123,6 +123,62 @@ std::vector<TransferStatus> RunBatch(TransferEngine& engine,
   return out;
 }
 
+// Writes 16 x 256 KiB from `mem` to [addr, +4 MiB) of `segment`, batch after batch on a thread of
+// its own until Stop(), counting the writes that completed and those refused because the file
+// buffer went (Stale, NotFound, InvalidArgument); any other end fails the test. `transport`, when
+// given, is the one every completed write must have gone through.
+class WriteTraffic {
+ public:
+  WriteTraffic(TransferEngine& engine, SegmentId segment, uint64_t addr, uint8_t* mem,
+               std::string transport = "")
+      : thread_([this, &engine, segment, addr, mem, transport] {
+          while (!stop_.load()) {
+            std::vector<TransferRequest> batch;
+            for (uint64_t i = 0; i < 16; ++i) {
+              batch.push_back({OpCode::kWrite, mem + i * 256 * kKiB, segment, addr + i * 256 * kKiB,
+                               256 * kKiB});
+            }
+            for (const TransferStatus& s : RunBatch(engine, batch)) {
+              if (s.state == TransferState::kCompleted) {
+                if (!transport.empty()) EXPECT_EQ(s.transport, transport);
+                ++completed;
+              } else if (s.reason.code() == StatusCode::kStale ||
+                         s.reason.code() == StatusCode::kNotFound ||
+                         s.reason.code() == StatusCode::kInvalidArgument) {
+                ++refused;
+              } else {
+                ++unexpected;
+                ADD_FAILURE() << s.reason;
+              }
+            }
+          }
+        }) {}
+  ~WriteTraffic() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::atomic<int> completed{0};
+  std::atomic<int> refused{0};
+  std::atomic<int> unexpected{0};
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: starts once the counters exist
+};
+
+// Fails the test at the first byte of the file at `path` that is not Pattern(i, seed).
+void ExpectFileHoldsPattern(const std::string& path, uint64_t size, uint8_t seed) {
+  std::vector<uint8_t> file = ReadFile(path, 0, size);
+  for (uint64_t i = 0; i < file.size(); ++i) {
+    if (file[i] != Pattern(i, seed)) {
+      ADD_FAILURE() << "byte " << i << " written after unregister";
+      break;
+    }
+  }
+}
+
 TransferStatus RunOne(TransferEngine& engine, const TransferRequest& r) {
   std::vector<TransferStatus> s = RunBatch(engine, {r});
   return s.empty() ? TransferStatus{} : s[0];
@@ -359,47 +415,16 @@ TEST_P(FileBufferTest, UnregisterDuringTrafficDrainsThenFencesTheFile) {
   Memory mem(4 * kMiB);
   std::memset(mem.data, 0x5a, mem.size);
   ASSERT_TRUE(engine_.registerLocalMemory(mem.data, mem.size).ok());
-  std::atomic<bool> stop{false};
-  std::atomic<int> completed{0};
-  std::atomic<int> refused{0};
-  std::atomic<int> unexpected{0};
-  std::thread traffic([&] {
-    while (!stop.load()) {
-      std::vector<TransferRequest> batch;
-      for (uint64_t i = 0; i < 16; ++i) {
-        batch.push_back(
-            {OpCode::kWrite, mem.data + i * 256 * kKiB, self_, *addr + i * 256 * kKiB, 256 * kKiB});
-      }
-      for (const TransferStatus& s : RunBatch(engine_, batch)) {
-        if (s.state == TransferState::kCompleted) {
-          ++completed;
-        } else if (s.reason.code() == StatusCode::kStale ||
-                   s.reason.code() == StatusCode::kNotFound ||
-                   s.reason.code() == StatusCode::kInvalidArgument) {
-          ++refused;
-        } else {
-          ++unexpected;
-          ADD_FAILURE() << s.reason;
-        }
-      }
-    }
-  });
-  ASSERT_TRUE(WaitFor([&] { return completed.load() > 32; }, 20s));
+  WriteTraffic traffic(engine_, self_, *addr, mem.data);
+  ASSERT_TRUE(WaitFor([&] { return traffic.completed.load() > 32; }, 20s));
   ASSERT_TRUE(engine_.unregisterLocalFile(*addr).ok());
   // From here nothing may write the file: overwrite it, let traffic run on, check it stayed.
   MakeFile(path, 4 * kMiB, 7);
-  const int before = refused.load();
-  ASSERT_TRUE(WaitFor([&] { return refused.load() > before + 32; }, 20s));
-  stop = true;
-  traffic.join();
-  EXPECT_EQ(unexpected.load(), 0);
-  std::vector<uint8_t> file = ReadFile(path, 0, 4 * kMiB);
-  for (uint64_t i = 0; i < file.size(); ++i) {
-    if (file[i] != Pattern(i, 7)) {
-      ADD_FAILURE() << "byte " << i << " written after unregister";
-      break;
-    }
-  }
+  const int before = traffic.refused.load();
+  ASSERT_TRUE(WaitFor([&] { return traffic.refused.load() > before + 32; }, 20s));
+  traffic.Stop();
+  EXPECT_EQ(traffic.unexpected.load(), 0);
+  ExpectFileHoldsPattern(path, 4 * kMiB, 7);
 }
 
 // Another engine on this host reaches the file directly: its path map names this host, and the
@@ -673,56 +698,24 @@ TEST(FileThroughOwnerTest, UnregisterDrainsOwnerIoAndATruncatedFileFailsNamingIt
   Memory mem(4 * kMiB);
   std::memset(mem.data, 0x5a, mem.size);
   ASSERT_TRUE(reader.registerLocalMemory(mem.data, mem.size).ok());
-  std::atomic<bool> stop{false};
-  std::atomic<int> completed{0};
-  std::atomic<int> refused{0};
-  std::atomic<int> unexpected{0};
-  std::thread traffic([&] {
-    while (!stop.load()) {
-      std::vector<TransferRequest> batch;
-      for (uint64_t i = 0; i < 16; ++i) {
-        batch.push_back(
-            {OpCode::kWrite, mem.data + i * 256 * kKiB, *seg, *addr + i * 256 * kKiB, 256 * kKiB});
-      }
-      for (const TransferStatus& s : RunBatch(reader, batch)) {
-        if (s.state == TransferState::kCompleted) {
-          EXPECT_EQ(s.transport, "tcp");
-          ++completed;
-        } else if (s.reason.code() == StatusCode::kStale ||
-                   s.reason.code() == StatusCode::kNotFound ||
-                   s.reason.code() == StatusCode::kInvalidArgument) {
-          ++refused;
-        } else {
-          ++unexpected;
-          ADD_FAILURE() << s.reason;
-        }
-      }
-    }
-  });
+  WriteTraffic traffic(reader, *seg, *addr, mem.data, "tcp");
   // The bytes that overwrite the file the moment unregisterLocalFile returns (made beforehand,
   // so that an owner-side write still under way then would land after them).
   std::vector<uint8_t> after(4 * kMiB);
   for (uint64_t i = 0; i < after.size(); ++i) after[i] = Pattern(i, 7);
   const int fd = ::open(moved.c_str(), O_WRONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0) << moved;
-  ASSERT_TRUE(WaitFor([&] { return completed.load() > 32; }, 20s));
+  ASSERT_TRUE(WaitFor([&] { return traffic.completed.load() > 32; }, 20s));
   ASSERT_TRUE(owner.unregisterLocalFile(*addr).ok());
   // From here nothing may write the file: overwrite it, let traffic run on, check it stayed.
   const ssize_t wrote = ::pwrite(fd, after.data(), after.size(), 0);
   ::close(fd);
   ASSERT_EQ(wrote, static_cast<ssize_t>(after.size()));
-  const int before = refused.load();
-  ASSERT_TRUE(WaitFor([&] { return refused.load() > before + 32; }, 20s));
-  stop = true;
-  traffic.join();
-  EXPECT_EQ(unexpected.load(), 0);
-  std::vector<uint8_t> file = ReadFile(moved, 0, 4 * kMiB);
-  for (uint64_t i = 0; i < file.size(); ++i) {
-    if (file[i] != Pattern(i, 7)) {
-      ADD_FAILURE() << "byte " << i << " written after unregister";
-      break;
-    }
-  }
+  const int before = traffic.refused.load();
+  ASSERT_TRUE(WaitFor([&] { return traffic.refused.load() > before + 32; }, 20s));
+  traffic.Stop();
+  EXPECT_EQ(traffic.unexpected.load(), 0);
+  ExpectFileHoldsPattern(moved, 4 * kMiB, 7);
 
   // Truncated under the owner: the owner's read meets it and the reader's task names it.
   Result<uint64_t> second = owner.registerLocalFile(moved, 4 * kMiB);
