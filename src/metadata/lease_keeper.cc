@@ -6,6 +6,67 @@
 
 namespace ferry {
 
+void LeasedKeys::Track(std::string_view key, std::string_view value) {
+  MutexLock lock(mu_);
+  owned_.insert_or_assign(std::string(key), std::string(value));
+  if (auto it = lost_.find(key); it != lost_.end()) lost_.erase(it);
+}
+
+void LeasedKeys::Forget(std::string_view key) {
+  MutexLock lock(mu_);
+  if (auto it = owned_.find(key); it != owned_.end()) owned_.erase(it);
+}
+
+bool LeasedKeys::Owns(std::string_view key) const {
+  MutexLock lock(mu_);
+  return owned_.find(key) != owned_.end();
+}
+
+bool LeasedKeys::OwnsWith(std::string_view key, std::string_view value) const {
+  MutexLock lock(mu_);
+  auto it = owned_.find(key);
+  return it != owned_.end() && it->second == value;
+}
+
+bool LeasedKeys::empty() const {
+  MutexLock lock(mu_);
+  return owned_.empty();
+}
+
+std::vector<KeyValue> LeasedKeys::Owned() const {
+  MutexLock lock(mu_);
+  std::vector<KeyValue> out;
+  for (const auto& [k, v] : owned_) out.push_back({k, v});
+  return out;
+}
+
+std::vector<KeyValue> LeasedKeys::TakeAll() {
+  MutexLock lock(mu_);
+  std::vector<KeyValue> out;
+  for (auto& [k, v] : owned_) out.push_back({k, std::move(v)});
+  owned_.clear();
+  return out;
+}
+
+bool LeasedKeys::TakenOver(std::string_view key, std::string_view value, std::string_view where) {
+  {
+    MutexLock lock(mu_);
+    auto it = owned_.find(key);
+    if (it == owned_.end() || it->second != value) return false;
+    owned_.erase(it);
+    lost_.emplace(key);
+  }
+  FERRY_LOG(kWarn) << where << ": leased key '" << key
+                   << "' now holds another writer's value (its name was taken over by another "
+                      "engine); no longer refreshing it, and leaving it to its new owner";
+  return true;
+}
+
+bool LeasedKeys::WasTakenOver(std::string_view key) const {
+  MutexLock lock(mu_);
+  return lost_.find(key) != lost_.end();
+}
+
 LeaseKeeper::LeaseKeeper(std::chrono::milliseconds interval, RefreshFn refresh, std::string store)
     : interval_(interval),
       retry_interval_(std::min(interval, kLeaseRetryWhileFailing)),
@@ -34,60 +95,10 @@ void LeaseKeeper::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LeaseKeeper::Track(std::string_view key, std::string_view value) {
-  MutexLock lock(mu_);
-  owned_.insert_or_assign(std::string(key), std::string(value));
-  if (auto it = lost_.find(key); it != lost_.end()) lost_.erase(it);
-}
-
-void LeaseKeeper::Forget(std::string_view key) {
-  MutexLock lock(mu_);
-  if (auto it = owned_.find(key); it != owned_.end()) owned_.erase(it);
-}
-
-bool LeaseKeeper::Owns(std::string_view key) const {
-  MutexLock lock(mu_);
-  return owned_.find(key) != owned_.end();
-}
-
-std::vector<KeyValue> LeaseKeeper::Owned() const {
-  MutexLock lock(mu_);
-  std::vector<KeyValue> out;
-  for (const auto& [k, v] : owned_) out.push_back({k, v});
-  return out;
-}
-
-std::vector<KeyValue> LeaseKeeper::TakeAll() {
-  MutexLock lock(mu_);
-  std::vector<KeyValue> out;
-  for (auto& [k, v] : owned_) out.push_back({k, std::move(v)});
-  owned_.clear();
-  return out;
-}
-
 void LeaseKeeper::RefreshSoon() {
   MutexLock lock(mu_);
   soon_ = true;
   wake_.NotifyAll();
-}
-
-bool LeaseKeeper::TakenOver(std::string_view key, std::string_view value, std::string_view where) {
-  {
-    MutexLock lock(mu_);
-    auto it = owned_.find(key);
-    if (it == owned_.end() || it->second != value) return false;
-    owned_.erase(it);
-    lost_.emplace(key);
-  }
-  FERRY_LOG(kWarn) << where << ": leased key '" << key
-                   << "' now holds another writer's value (its name was taken over by another "
-                      "engine); no longer refreshing it, and leaving it to its new owner";
-  return true;
-}
-
-bool LeaseKeeper::WasTakenOver(std::string_view key) const {
-  MutexLock lock(mu_);
-  return lost_.find(key) != lost_.end();
 }
 
 void LeaseKeeper::Run() {

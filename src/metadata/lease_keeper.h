@@ -28,7 +28,39 @@ namespace ferry {
 
 inline constexpr std::chrono::milliseconds kLeaseRetryWhileFailing{200};
 
-class LeaseKeeper {
+// The leased keys of one store client with the values it wrote, and the keys it lost to another
+// writer (MetadataStore::TakenOver). The bookkeeping half of LeaseKeeper, also held alone by a
+// client whose rounds another object runs (the etcd clients of a process share one lease).
+// Thread contract: thread-safe.
+class LeasedKeys {
+ public:
+  // Also ends a loss WasTakenOver reports: the client wrote the key again.
+  void Track(std::string_view key, std::string_view value);
+  void Forget(std::string_view key);
+  bool Owns(std::string_view key) const;
+  // Whether `key` is tracked with exactly `value`.
+  bool OwnsWith(std::string_view key, std::string_view value) const;
+  std::vector<KeyValue> Owned() const;
+  bool empty() const;
+  // Forgets every key (Abandon and clean shutdown).
+  std::vector<KeyValue> TakeAll();
+  // The store found `key` holding another writer's value (its name was taken over): forgets the
+  // key if it is still tracked with `value` (a Put since then keeps it), and logs that once, at
+  // warn, naming `where` (the store). Returns true when it forgot the key. Refresh functions
+  // call it for every owned key the store reports taken over.
+  bool TakenOver(std::string_view key, std::string_view value, std::string_view where);
+  // Whether TakenOver forgot `key` and no Track of it came since: this client lost the key to
+  // another writer (MetadataStore::TakenOver). Remembered for the client's life, one entry per
+  // key it once tracked.
+  bool WasTakenOver(std::string_view key) const;
+
+ private:
+  mutable Mutex mu_;
+  std::map<std::string, std::string, std::less<>> owned_ GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> lost_ GUARDED_BY(mu_);  // see WasTakenOver
+};
+
+class LeaseKeeper : public LeasedKeys {
  public:
   // Keeps `owned` alive; an error is logged (bounded, see above) and retried soon.
   using RefreshFn = std::function<Status(const std::vector<KeyValue>& owned)>;
@@ -43,24 +75,8 @@ class LeaseKeeper {
   void Start();
   void Stop();
 
-  // Also ends a loss WasTakenOver reports: the client wrote the key again.
-  void Track(std::string_view key, std::string_view value);
-  void Forget(std::string_view key);
-  bool Owns(std::string_view key) const;
-  std::vector<KeyValue> Owned() const;
-  // Forgets every key (Abandon and clean shutdown).
-  std::vector<KeyValue> TakeAll();
   // Runs a refresh round now instead of at the next interval (e.g. the store came back).
   void RefreshSoon();
-  // The store found `key` holding another writer's value (its name was taken over): forgets the
-  // key if it is still tracked with `value` (a Put since then keeps it), and logs that once, at
-  // warn, naming `where` (the store). Returns true when it forgot the key. Refresh functions
-  // call it for every owned key the store reports taken over.
-  bool TakenOver(std::string_view key, std::string_view value, std::string_view where);
-  // Whether TakenOver forgot `key` and no Track of it came since: this client lost the key to
-  // another writer (MetadataStore::TakenOver). Remembered for the keeper's life, one entry per
-  // key this client once tracked.
-  bool WasTakenOver(std::string_view key) const;
 
  private:
   void Run();
@@ -71,10 +87,8 @@ class LeaseKeeper {
   FailureLog failures_;
   mutable Mutex mu_;
   CondVar wake_;
-  std::map<std::string, std::string, std::less<>> owned_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
   bool soon_ GUARDED_BY(mu_) = false;
-  std::set<std::string, std::less<>> lost_ GUARDED_BY(mu_);  // see WasTakenOver
   std::thread thread_;  // started/joined by Start/Stop under start_mu_
   Mutex start_mu_;
 };

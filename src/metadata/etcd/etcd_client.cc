@@ -1,9 +1,14 @@
 #include "metadata/etcd/etcd_client.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <charconv>
 #include <exception>
+#include <map>
+#include <utility>
 
+#include "common/mutex.h"
 #include "core/base64.h"
 #include "metadata/httplib_error_text.h"
 
@@ -134,40 +139,143 @@ Status EtcdErrorStatus(const json& reply, int http_status, const HostPort& endpo
   return InternalError(std::move(text));
 }
 
-EtcdClient::EtcdClient(std::vector<HostPort> endpoints, std::chrono::milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {}
+// ---- kept-alive connections (etcd_client.h, Connections) ----
 
-Result<json> EtcdClient::CallOne(const HostPort& endpoint, std::string_view path,
-                                 const std::string& body, bool* try_next) {
+class EtcdConnectionPool {
+ public:
+  EtcdConnectionPool(HostPort endpoint, std::chrono::milliseconds timeout)
+      : endpoint_(std::move(endpoint)), timeout_(timeout) {}
+
+  // The process's pool for `endpoint` and `timeout`, made when none is alive.
+  static std::shared_ptr<EtcdConnectionPool> For(const HostPort& endpoint,
+                                                 std::chrono::milliseconds timeout) {
+    struct Registry {
+      Mutex mu;
+      std::map<std::string, std::weak_ptr<EtcdConnectionPool>> pools GUARDED_BY(mu);
+    };
+    static Registry* registry = new Registry();  // never destroyed: clients may outlive main
+    const std::string key = endpoint.ToString() + '\n' + std::to_string(timeout.count());
+    MutexLock lock(registry->mu);
+    std::erase_if(registry->pools, [](const auto& entry) { return entry.second.expired(); });
+    std::weak_ptr<EtcdConnectionPool>& slot = registry->pools[key];
+    std::shared_ptr<EtcdConnectionPool> pool = slot.lock();
+    if (pool == nullptr) {
+      pool = std::make_shared<EtcdConnectionPool>(endpoint, timeout);
+      slot = pool;
+    }
+    return pool;
+  }
+
+  // An idle connection that still looks open (`*reused`), else a new one.
+  std::unique_ptr<httplib::Client> Take(bool* reused) {
+    for (;;) {
+      std::unique_ptr<httplib::Client> cli;
+      {
+        MutexLock lock(mu_);
+        if (idle_.empty()) break;
+        cli = std::move(idle_.back());
+        idle_.pop_back();
+      }
+      if (LooksOpen(*cli)) {
+        *reused = true;
+        return cli;
+      }
+    }
+    *reused = false;
+    return Open();
+  }
+
+  // Keeps `cli` for another call when its connection is open and fewer than
+  // kEtcdIdleConnections are idle; closes it otherwise.
+  void Give(std::unique_ptr<httplib::Client> cli) {
+    if (!cli->is_socket_open()) return;
+    MutexLock lock(mu_);
+    if (idle_.size() < kEtcdIdleConnections) idle_.push_back(std::move(cli));
+  }
+
+  std::unique_ptr<httplib::Client> Open() const {
+    auto cli = std::make_unique<httplib::Client>(endpoint_.host, endpoint_.port);
+    cli->set_connection_timeout(timeout_);
+    cli->set_read_timeout(timeout_);
+    cli->set_write_timeout(timeout_);
+    cli->set_keep_alive(true);
+    // A request goes out in two writes (head, body): on a reused connection Nagle would hold the
+    // body back until the server's delayed ACK of the head (40 ms).
+    cli->set_tcp_nodelay(true);
+    return cli;
+  }
+
+ private:
+  // An idle kept-alive connection has nothing to read: readable (the server closed it, or sent
+  // something unasked) or hung up means it cannot carry another request.
+  static bool LooksOpen(const httplib::Client& cli) {
+    if (!cli.is_socket_open()) return false;
+    pollfd p{.fd = cli.socket(), .events = POLLIN | POLLRDHUP, .revents = 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
+
+  const HostPort endpoint_;
+  const std::chrono::milliseconds timeout_;
+  Mutex mu_;
+  std::vector<std::unique_ptr<httplib::Client>> idle_ GUARDED_BY(mu_);
+};
+
+namespace {
+
+std::vector<std::shared_ptr<EtcdConnectionPool>> PoolsFor(const std::vector<HostPort>& endpoints,
+                                                          std::chrono::milliseconds timeout) {
+  std::vector<std::shared_ptr<EtcdConnectionPool>> pools;
+  for (const HostPort& e : endpoints) pools.push_back(EtcdConnectionPool::For(e, timeout));
+  return pools;
+}
+
+}  // namespace
+
+EtcdClient::EtcdClient(std::vector<HostPort> endpoints, std::chrono::milliseconds timeout)
+    : endpoints_(std::move(endpoints)), timeout_(timeout), pools_(PoolsFor(endpoints_, timeout_)) {}
+
+EtcdClient::~EtcdClient() = default;
+
+Result<json> EtcdClient::CallOne(size_t index, std::string_view path, const std::string& body,
+                                 bool* try_next) {
   *try_next = false;
+  const HostPort& endpoint = endpoints_[index];
+  EtcdConnectionPool& pool = *pools_[index];
   const auto started = std::chrono::steady_clock::now();
-  httplib::Client cli(endpoint.host, endpoint.port);
-  cli.set_connection_timeout(timeout_);
-  cli.set_read_timeout(timeout_);
-  cli.set_write_timeout(timeout_);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = std::string(path);
-  req.body = body;
-  req.headers.emplace("Content-Type", "application/json");
+  bool reused = false;
+  std::unique_ptr<httplib::Client> cli = pool.Take(&reused);
   std::string reply;
   bool too_big = false;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (reply.size() + n > kMaxEtcdReplyBytes) {
-      too_big = true;
-      return false;
-    }
-    reply.append(data, n);
-    return true;
-  };
   int status = 0;  // set once the status line and headers are in
-  req.response_handler = [&](const httplib::Response& r) {
-    status = r.status;
-    return true;
-  };
-  httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  const bool sent = cli.send(req, res, error);
+  bool sent = false;
+  for (;;) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = std::string(path);
+    req.body = body;
+    req.headers.emplace("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      if (reply.size() + n > kMaxEtcdReplyBytes) {
+        too_big = true;
+        return false;
+      }
+      reply.append(data, n);
+      return true;
+    };
+    req.response_handler = [&](const httplib::Response& r) {
+      status = r.status;
+      return true;
+    };
+    httplib::Response res;
+    sent = cli->send(req, res, error);
+    // A reused connection that failed before any reply (etcd closed it as the request went out)
+    // gets one more try on a new connection; a new connection's failure stands.
+    if (sent || !reused || status != 0 || !reply.empty()) break;
+    cli = pool.Open();
+    reused = false;
+  }
+  if (sent) pool.Give(std::move(cli));
   if (too_big) {
     return InternalError("etcd " + endpoint.ToString() + ": reply to " + std::string(path) +
                          " exceeds " + std::to_string(kMaxEtcdReplyBytes) + " bytes");
@@ -218,7 +326,7 @@ Result<json> EtcdClient::Call(std::string_view path, const json& body) {
     bool try_next = false;
     Result<json> reply = InternalError("no reply");
     try {
-      reply = CallOne(endpoints_[index], path, text, &try_next);
+      reply = CallOne(index, path, text, &try_next);
     } catch (const std::exception& e) {
       reply = InternalError("etcd " + endpoints_[index].ToString() + ": " + e.what());
     }

@@ -12,13 +12,24 @@
 // e.g. an unknown lease), kInvalidArgument (etcd refused the request), kInternal (a reply that
 // is not what the gateway sends: bad JSON, wrong types, bad base64, over kMaxReplyBytes).
 //
-// Thread contract: thread-safe; each call uses its own HTTP connection.
+// Connections: unary calls reuse kept-alive HTTP connections from a pool per endpoint that every
+// EtcdClient of the process shares (a thousand engines in a process need not open a connection
+// per request, nor keep one each: etcd accepts and serves a reused connection for a fraction of a
+// new one's cost). A call takes an idle connection (or opens one), and gives it back only after
+// a complete reply; at most kEtcdIdleConnections idle ones per endpoint are kept, and a pool
+// closes them when the last client of its endpoint goes. An idle connection the server closed
+// (etcd restarted) is noticed before reuse and dropped; a reused connection that fails before
+// any reply arrives is retried once on a new connection to the same endpoint (the request never
+// reached etcd, or etcd dropped it unanswered, as a failover to the next endpoint assumes too).
+//
+// Thread contract: thread-safe; a call holds its connection alone.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -29,6 +40,11 @@
 #include "metadata/metadata_store.h"
 
 namespace ferry {
+
+// Idle kept-alive connections kept per endpoint and process (see Connections above).
+inline constexpr size_t kEtcdIdleConnections = 16;
+
+class EtcdConnectionPool;
 
 // The largest reply body (or streamed watch message) accepted from etcd.
 inline constexpr size_t kMaxEtcdReplyBytes = size_t{32} << 20;
@@ -62,6 +78,7 @@ class EtcdClient {
 
   // `endpoints` must not be empty.
   EtcdClient(std::vector<HostPort> endpoints, std::chrono::milliseconds timeout);
+  ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
@@ -90,11 +107,12 @@ class EtcdClient {
 
  private:
   // One attempt on one endpoint. `*try_next` says whether another endpoint may do better.
-  Result<nlohmann::json> CallOne(const HostPort& endpoint, std::string_view path,
-                                 const std::string& body, bool* try_next);
+  Result<nlohmann::json> CallOne(size_t index, std::string_view path, const std::string& body,
+                                 bool* try_next);
 
   const std::vector<HostPort> endpoints_;
   const std::chrono::milliseconds timeout_;
+  const std::vector<std::shared_ptr<EtcdConnectionPool>> pools_;  // one per endpoint, shared
   std::atomic<size_t> preferred_{0};
 };
 

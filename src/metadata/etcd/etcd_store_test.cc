@@ -361,6 +361,44 @@ TEST_F(EtcdStoreTest, DestructorRevokesLeasedKeysOnly) {
   EXPECT_EQ(observer->Get("d/deleted").value_or(""), "5");
 }
 
+// The stores of one process share one lease, kept alive by one thread. One store's Abandon (a
+// crash) leaves its keys to expire without taking the others' with it, nor keeping its own alive
+// on the others' lease; one store's clean close deletes its own keys only.
+TEST_F(EtcdStoreTest, StoresOfOneProcessShareOneLease) {
+  auto crashing = MakeStore({endpoint()});
+  auto closing = MakeStore({endpoint()});
+  ASSERT_TRUE(store_->Put("share/a", "1", {.leased = true}).ok());
+  ASSERT_TRUE(crashing->Put("share/b", "2", {.leased = true}).ok());
+  ASSERT_TRUE(closing->Put("share/c", "3", {.leased = true}).ok());
+  EtcdClient client({endpoint()}, kTimeout);
+  const int64_t lease = LeaseOf(client, "share/a");
+  ASSERT_NE(lease, 0);
+  EXPECT_EQ(LeaseOf(client, "share/b"), lease);
+  EXPECT_EQ(LeaseOf(client, "share/c"), lease);
+
+  crashing->Abandon();
+  crashing.reset();
+  EXPECT_EQ(crashing, nullptr);
+  auto observer = Observer();
+  // The survivors' keys move to a new lease at once; the abandoned key stays on the dropped one.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const int64_t a = LeaseOf(client, "share/a");
+        return a != 0 && a != lease && LeaseOf(client, "share/c") == a;
+      },
+      kTtl));
+  EXPECT_EQ(LeaseOf(client, "share/b"), lease);
+  EXPECT_TRUE(WaitFor([&] { return !Exists(*observer, "share/b"); }, kTtl + 3s))
+      << "an abandoned store's key expires although the process keeps a lease alive";
+  EXPECT_EQ(observer->Get("share/a").value_or(""), "1");
+  EXPECT_EQ(observer->Get("share/c").value_or(""), "3");
+  EXPECT_TRUE(crashing == nullptr && store_->Put("share/a", "1b", {.leased = true}).ok());
+
+  closing.reset();
+  EXPECT_EQ(observer->Get("share/c").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(observer->Get("share/a").value_or(""), "1b") << "another store's close leaves it";
+}
+
 TEST_F(EtcdStoreTest, DestructorIsBoundedWhenEtcdIsDown) {
   ASSERT_TRUE(store_->Put("d/k", "1", {.leased = true}).ok());
   etcd_->Kill();
