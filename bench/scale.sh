@@ -11,8 +11,9 @@
 # refused), and the store's RSS. Then one engine with BIG_BUFFERS buffers, opened by one peer
 # (etcd started with --max-request-bytes=8MiB for it: see start_store).
 # SHARE=engine (the default) gives each engine its own store client and directory, as
-# TransferEngine does; SHARE=process shares one per worker process; SHARE="engine process"
-# runs both.
+# TransferEngine does (the etcd clients of a process still share one lease and their
+# connections, and etcd/redis clients one watch stream, as every process does); SHARE=process
+# shares one client and directory per worker process; SHARE="engine process" runs both.
 #
 # Prints one markdown table per store and writes every row to CSV (default scale.csv).
 #

@@ -7,7 +7,8 @@
 // F peers. No data path and no RPC service. With --share=process the engines of one worker
 // share one store client (one lease, one set of connections) and one directory (one watch,
 // one cache), as a process-wide metadata plane would; --share=engine (the default) gives each
-// engine its own, as TransferEngine does today.
+// engine its own, as TransferEngine does (what every process shares anyway stays shared: the
+// etcd clients' lease and connections, the etcd and redis clients' watch streams).
 //
 // Phases, driven by the coordinator over one socketpair per worker (a line per command and per
 // reply): setup (create + publish), cold opens (first Open of each peer: a store fetch), warm
