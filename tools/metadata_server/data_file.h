@@ -1,4 +1,5 @@
-// The server's data file: every key with its value and absolute expiry, as JSON.
+// The server's data file: every key with its value and absolute expiry, as JSON. It is the
+// snapshot the journal beside it (journal.h) follows; KvStore rewrites it when it compacts.
 //
 //   {"format":"ferry-metadata-server","version":1,
 //    "keys":[{"key":"k","value_b64":"<base64 of the stored bytes>","expires_unix_ms":0}, ...]}

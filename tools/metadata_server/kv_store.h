@@ -1,9 +1,10 @@
 // KvStore: the metadata server's keys with their TTLs and limits, written through to the data
-// file; ExpirySweeper: the background purge of expired keys.
+// file and its journal; ExpirySweeper: the background purge of expired keys.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -16,23 +17,40 @@
 #include "common/mutex.h"
 #include "ferry/status.h"
 #include "metadata_server/data_file.h"
+#include "metadata_server/journal.h"
 
 namespace ferry::metadata_server {
 
-// Thread contract: thread-safe. Changes are serialized; with a data file each one is on disk
-// (WriteFileAtomically) before the call returns OK, and undone when the write fails (a reader may
-// see such a change for the moment of the write). Expired keys are never returned, even before
-// the sweep removes them. Expiry uses the wall clock, so it survives restarts; a wall-clock jump
-// moves expiries with it.
+// Persistence (with a data file): the data file is a snapshot (data_file.h) and
+// <data>.journal (journal.h) holds every change made since, one record per change. A change is
+// appended and fdatasynced before the call returns OK (a lease re-PUT of an unchanged value is
+// journaled too: its expiry moved), and undone when that fails (a reader may see such a change
+// for the moment of the write). Concurrent changes share one append and one fdatasync (group
+// commit, see Commit). Once the journal passes max(journal_compact_bytes, the snapshot's size)
+// it is compacted: a new snapshot of every key, then an empty journal (journal.h says why a
+// crash at any step loses nothing). Open replays the journal after the snapshot and compacts;
+// so does Compact at a clean stop, leaving the data file complete by itself (what the previous
+// release reads: it ignores the journal). After a failed append or compaction the journal is not
+// trusted: the next commit compacts instead of appending, and its changes fail (undone) while
+// that fails. A change answered Unavailable may still be found after a crash when the disk
+// failed mid-write (as with a failed directory fsync before).
+//
+// Thread contract: thread-safe. Changes are serialized. Expired keys are never returned, even
+// before the sweep removes them. Expiry uses the wall clock, so it survives restarts; a
+// wall-clock jump moves expiries with it.
 class KvStore {
  public:
   struct Options {
     std::string data_path;  // empty: memory only
     size_t max_keys = 1000000;
+    uint64_t journal_compact_bytes = uint64_t{4} << 20;  // see the class comment
   };
 
-  // Loads the data file when it exists, dropping keys that expired meanwhile.
-  // Errors: InvalidArgument "corrupt data file <path>: <why>"; Unavailable when it cannot be read.
+  // Loads the data file when it exists and replays its journal, dropping keys that expired
+  // meanwhile and a torn journal tail (a crash mid-append), then compacts.
+  // Errors: InvalidArgument "corrupt data file <path>: <why>" or "corrupt journal <path>: at
+  // offset N: <why>" (both files are then left as they are); Unavailable when they cannot be
+  // read or written.
   static Result<std::unique_ptr<KvStore>> Open(Options options);
 
   KvStore(const KvStore&) = delete;
@@ -64,20 +82,70 @@ class KvStore {
   // Number of live keys.
   size_t Size() const;
 
-  // Removes expired keys and persists the result when any went. Returns how many went.
+  // Removes expired keys and journals their deletion when any went. Returns how many went.
   // Errors: Unavailable as for Put (the keys are then kept, still hidden from readers).
   Result<size_t> PurgeExpired();
+
+  // Writes a snapshot of every key and empties the journal (no-op without a data file); for a
+  // clean stop. Errors: Unavailable as for Put (the keys stay as they are; the next change
+  // retries).
+  Status Compact();
 
  private:
   explicit KvStore(Options options) : options_(std::move(options)) {}
 
-  // Writes the current entries to the data file (no-op without one). Caller holds write_mu_.
-  Status Persist() REQUIRES(write_mu_) EXCLUDES(mu_);
+  // Where a change's caller learns its outcome. Set by the committing thread and read by the
+  // caller, both under commit_mu_.
+  struct Ticket {
+    bool done = false;
+    Status result = Status::Ok();
+  };
+  // A change applied to entries_ and not yet on disk: its framed journal records, what undoes
+  // it, and its caller's ticket.
+  struct PendingChange {
+    std::string records;
+    bool sets_key = false;          // false: only `removed` (a purge)
+    std::string key;                // with sets_key: restored to `previous` on undo
+    std::optional<Entry> previous;  // nullopt: absent before
+    EntryMap removed;               // expired entries the change removed, put back on undo
+    Ticket* ticket = nullptr;
+  };
+
+  // Group commit: the caller of a change queues it (under write_mu_, right after applying it)
+  // and waits in Commit. The first waiter finding no commit running becomes the committer: it
+  // takes every queued change, appends their records with one write and one fdatasync (or
+  // compacts, which writes them all too: when the journal is not trusted or has grown past its
+  // bound), sets their tickets and wakes their callers; changes queued meanwhile go in the
+  // next batch. When the write fails, the batch and every change queued after it are undone,
+  // newest first, and fail with the error.
+  Status Commit(Ticket& ticket) EXCLUDES(commit_mu_, journal_mu_, write_mu_, mu_);
+  // Compacts, which commits every queued change (or, failing, undoes them). Returns how the
+  // compaction went and adds the tickets it settled to `settled`.
+  Status CompactAndSettle(std::vector<std::pair<Ticket*, Status>>& settled)
+      REQUIRES(journal_mu_, write_mu_) EXCLUDES(mu_);
+  // Undoes `changes`, newest first, and adds their tickets to `settled` with `why`.
+  void UndoChanges(std::vector<PendingChange>& changes, const Status& why,
+                   std::vector<std::pair<Ticket*, Status>>& settled) REQUIRES(write_mu_)
+      EXCLUDES(mu_);
+  // Publishes `settled` outcomes to their callers; with `commit_ended`, also that the calling
+  // committer is done.
+  void Settle(const std::vector<std::pair<Ticket*, Status>>& settled, bool commit_ended)
+      EXCLUDES(commit_mu_);
+  // Writes the snapshot, then a fresh journal following it. Leaves journal_ null on failure.
+  Status CompactLocked() REQUIRES(journal_mu_, write_mu_) EXCLUDES(mu_);
 
   const Options options_;
-  Mutex write_mu_;  // serializes changes and their file writes; taken before mu_
+  // Lock order: journal_mu_, write_mu_, mu_; commit_mu_ is taken alone or after journal_mu_.
+  Mutex journal_mu_;  // held by the committing thread while it writes the journal or compacts
+  Mutex write_mu_;    // serializes changes (apply and queue)
   mutable Mutex mu_;
   EntryMap entries_ GUARDED_BY(mu_);
+  std::vector<PendingChange> pending_ GUARDED_BY(write_mu_);        // applied, not yet on disk
+  std::unique_ptr<JournalWriter> journal_ GUARDED_BY(journal_mu_);  // null: compact next
+  uint64_t snapshot_bytes_ GUARDED_BY(journal_mu_) = 0;
+  Mutex commit_mu_;
+  CondVar committed_;                               // a commit ended
+  bool committing_ GUARDED_BY(commit_mu_) = false;  // a thread is committing
 };
 
 // Purges expired keys of a KvStore every `interval` on its own thread.

@@ -1,5 +1,5 @@
 // ferry-metadata-server: a Mooncake-compatible HTTP metadata server (API in http_handlers.h,
-// flags in server_options.cc, persistence in data_file.h).
+// flags in server_options.cc, persistence in kv_store.h, data_file.h and journal.h).
 #include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
@@ -106,9 +106,12 @@ int Serve(const ServerOptions& options) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);  // before any thread starts
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up is an error on that connection only
+  signal(SIGXFSZ, SIG_IGN);  // a file size limit fails the write (EFBIG), like a full disk
 
   Result<std::unique_ptr<KvStore>> store =
-      KvStore::Open({.data_path = options.data, .max_keys = options.max_keys});
+      KvStore::Open({.data_path = options.data,
+                     .max_keys = options.max_keys,
+                     .journal_compact_bytes = options.journal_compact_bytes});
   if (!store.ok()) {
     std::fprintf(stderr, "ferry-metadata-server: %s\n", store.status().ToString().c_str());
     return 2;
@@ -131,11 +134,19 @@ int Serve(const ServerOptions& options) {
   server.listen_after_bind();
   const bool signaled = stopper.Finish();
   sweeper.Stop();
+  // Every change is on disk already; this folds the journal into the data file, which is then
+  // complete by itself (the previous release reads it and not the journal).
+  if (Status s = (*store)->Compact(); !s.ok()) {
+    std::fprintf(stderr,
+                 "ferry-metadata-server: compacting at stop failed (every change is on disk "
+                 "already): %s\n",
+                 s.ToString().c_str());
+  }
   if (!signaled) {
     std::fprintf(stderr, "ferry-metadata-server: the listening socket failed\n");
     return 1;
   }
-  return 0;  // every change was already written through to the data file
+  return 0;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/tsan_suppressions.h"
 #include "common/unique_fd.h"
@@ -95,9 +96,8 @@ int ConnectLoopback(uint16_t port) {
 std::string RawExchange(uint16_t port, const std::string& request) {
   const int fd = ConnectLoopback(port);
   std::string answer;
-  if (fd >= 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(request.size())) {
+  if (fd >= 0 && ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+                     static_cast<ssize_t>(request.size())) {
     char buf[4096];
     ssize_t n;
     while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) answer.append(buf, static_cast<size_t>(n));
@@ -407,6 +407,223 @@ TEST(MetadataServerTest, TtlSurvivesRestart) {
   EXPECT_EQ(GetStatus(*c, "leased"), 404);
 }
 
+// The journal beside the data file (journal.h): after a crash every acknowledged change since
+// the last snapshot is back, from the journal alone (the snapshot written at the start holds
+// none of them); deleted keys stay deleted, expiries hold, and a torn last record (the journal
+// cut mid-record, as a crash mid-append leaves it) loses only that record.
+TEST(MetadataServerTest, JournalReplaysEveryChangeAfterACrash) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  const std::string journal = server->data_path() + ".journal";
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=a", "1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=a", "2"), 200);  // the last value wins
+  EXPECT_EQ(PutKey(*c, "key=binary&ttl=600", std::string("\x00\xff", 2)), 200);
+  EXPECT_EQ(PutKey(*c, "key=gone", "x"), 200);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=gone")), 200);
+  EXPECT_EQ(PutKey(*c, "key=leased&ttl=1", "l"), 200);
+  EXPECT_EQ(ReadFile(server->data_path()).find("\"key\":\"a\""), std::string::npos)
+      << "the changes are expected in the journal, not in a rewritten data file";
+  EXPECT_NE(ReadFile(journal).find("\"put\":\"a\""), std::string::npos);
+
+  server->Kill();
+  ASSERT_TRUE(server->Relaunch().ok());
+  c = Connect(server->port());
+  httplib::Result got = c->Get("/metadata?key=a");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, "2");
+  got = c->Get("/metadata?key=binary");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, std::string("\x00\xff", 2));
+  EXPECT_EQ(GetStatus(*c, "gone"), 404);
+  // The expiry came back with the key: it still goes, a second after its PUT.
+  EXPECT_TRUE(WaitFor([&] { return GetStatus(*c, "leased") == 404; }, 4s));
+  // The start folded the journal into the data file.
+  EXPECT_NE(ReadFile(server->data_path()).find("\"key\":\"a\""), std::string::npos);
+
+  // A crash mid-append: the last record cut short.
+  EXPECT_EQ(PutKey(*c, "key=b", "3"), 200);
+  EXPECT_EQ(PutKey(*c, "key=torn", "lost"), 200);
+  server->Kill();
+  const std::string whole = ReadFile(journal);
+  const size_t last = whole.rfind(
+      "\xff"
+      "FJ1");
+  ASSERT_NE(last, std::string::npos);
+  for (const size_t cut : {whole.size() - 3, last + 6}) {  // in the payload; in the header
+    WriteFile(journal, whole.substr(0, cut));
+    ASSERT_TRUE(server->Relaunch().ok()) << "cut at " << cut;
+    c = Connect(server->port());
+    EXPECT_EQ(GetStatus(*c, "torn"), 404) << "cut at " << cut;
+    EXPECT_EQ(GetStatus(*c, "b"), 200) << "cut at " << cut;
+    EXPECT_EQ(GetStatus(*c, "a"), 200) << "cut at " << cut;
+    server->Kill();
+  }
+}
+
+// A damaged record that intact ones follow is corruption, not a torn tail: the start fails
+// naming the journal and the record's offset, and leaves both files as they were. A journal
+// that follows an older data file (a compaction cut short by a crash) is skipped: its records
+// are all in the newer data file, and replaying them would bring back what was deleted since.
+TEST(MetadataServerTest, CorruptJournalStopsTheStartAndAStaleOneIsSkipped) {
+  auto server = MustStart();
+  ASSERT_NE(server, nullptr);
+  const std::string journal = server->data_path() + ".journal";
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=x", "1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=y", "2"), 200);
+  EXPECT_EQ(PutKey(*c, "key=z", "3"), 200);
+  server->Kill();
+  const std::string stale = ReadFile(journal);  // follows the data file written at the start
+
+  // Flip a byte inside the second record's payload (x's put is the first).
+  const std::string magic(
+      "\xff"
+      "FJ1");
+  const size_t first = stale.find(magic, 1);
+  const size_t second = stale.find(magic, first + 1);
+  ASSERT_NE(second, std::string::npos);
+  std::string corrupt = stale;
+  corrupt[second + 20] ^= 0x01;
+  WriteFile(journal, corrupt);
+  Result<TempDir> dir = TempDir::Create("metasrv-journal");
+  ASSERT_TRUE(dir.ok());
+  const std::string data_before = ReadFile(server->data_path());
+  std::string output;
+  EXPECT_EQ(RunToExit(*dir, "--port 0 --data " + server->data_path(), &output), 2) << output;
+  EXPECT_NE(output.find("corrupt journal " + journal + ": at offset " + std::to_string(second)),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(ReadFile(journal), corrupt);  // never discarded or rewritten
+  EXPECT_EQ(ReadFile(server->data_path()), data_before);
+
+  // Undamaged, it loads; a clean stop then folds it in, after x was deleted.
+  WriteFile(journal, stale);
+  ASSERT_TRUE(server->Relaunch().ok());
+  c = Connect(server->port());
+  EXPECT_EQ(GetStatus(*c, "y"), 200);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=x")), 200);
+  ASSERT_TRUE(server->Restart().ok());
+  // The old journal (it puts x) beside the newer data file: x stays deleted.
+  server->Kill();
+  WriteFile(journal, stale);
+  ASSERT_TRUE(server->Relaunch().ok());
+  c = Connect(server->port());
+  EXPECT_EQ(GetStatus(*c, "x"), 404);
+  EXPECT_EQ(GetStatus(*c, "y"), 200);
+  EXPECT_EQ(GetStatus(*c, "z"), 200);
+}
+
+// Past --journal-compact-bytes the journal is folded into the data file: the journal shrinks,
+// the data file grows, and a crash after it loses nothing (nor brings back a key deleted
+// before it).
+TEST(MetadataServerTest, JournalCompactionLosesNothing) {
+  auto server = MustStart({"--journal-compact-bytes", "4096"});
+  ASSERT_NE(server, nullptr);
+  const std::string journal = server->data_path() + ".journal";
+  auto c = Connect(server->port());
+  EXPECT_EQ(PutKey(*c, "key=doomed", "d"), 200);
+  EXPECT_EQ(StatusOf(c->Delete("/metadata?key=doomed")), 200);
+  const std::string value(400, 'v');
+  size_t largest = 0;
+  bool shrank = false;
+  int keys = 0;
+  // Each PUT appends ~600 bytes: the journal passes 4 KiB within a few, the data file's size
+  // later (it grows with the keys), so compactions follow each other.
+  while (keys < 60) {
+    ASSERT_EQ(PutKey(*c, "key=k" + std::to_string(keys), value), 200);
+    ++keys;
+    const size_t size = ReadFile(journal).size();
+    shrank = shrank || size < largest;
+    largest = std::max(largest, size);
+  }
+  EXPECT_TRUE(shrank) << "the journal never shrank (largest " << largest << " bytes)";
+  const std::string snapshot = ReadFile(server->data_path());
+  EXPECT_GT(snapshot.size(), size_t{4096});
+  EXPECT_NE(snapshot.find("\"key\":\"k1\""), std::string::npos);
+  EXPECT_EQ(snapshot.find("doomed"), std::string::npos);
+
+  server->Kill();
+  ASSERT_TRUE(server->Relaunch().ok());
+  c = Connect(server->port());
+  for (int i = 0; i < keys; ++i) {
+    httplib::Result got = c->Get("/metadata?key=k" + std::to_string(i));
+    ASSERT_TRUE(got) << i;
+    EXPECT_EQ(got->status, 200) << i;
+    EXPECT_EQ(got->body, value) << i;
+  }
+  EXPECT_EQ(GetStatus(*c, "doomed"), 404);
+}
+
+// Concurrent writers share appends (group commit) while compactions interleave; after a crash
+// every acknowledged change is there.
+TEST(MetadataServerTest, ConcurrentWritesAllSurviveACrash) {
+  auto server = MustStart({"--journal-compact-bytes", "8192"});
+  ASSERT_NE(server, nullptr);
+  constexpr int kWriters = 8;
+  constexpr int kPutsEach = 25;
+  std::vector<int> failures(kWriters, 0);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      auto c = Connect(server->port());
+      for (int i = 0; i < kPutsEach; ++i) {
+        const std::string key = "w" + std::to_string(w) + "-" + std::to_string(i);
+        if (PutKey(*c, "key=" + key + "&ttl=600", std::string(200, 'a' + w)) != 200) {
+          ++failures[w];
+        }
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  for (int w = 0; w < kWriters; ++w) EXPECT_EQ(failures[w], 0) << "writer " << w;
+  server->Kill();
+  ASSERT_TRUE(server->Relaunch().ok());
+  auto c = Connect(server->port());
+  httplib::Result health = c->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(nlohmann::json::parse(health->body)["keys"], kWriters * kPutsEach);
+  httplib::Result got = c->Get("/metadata?key=w7-24");
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->body, std::string(200, 'h'));
+}
+
+// A change that cannot be written (here the server's file size limit, as a full disk would
+// refuse it) is answered 500 and undone; the next change rewrites both files and succeeds,
+// and a restart finds exactly the acknowledged changes.
+TEST(MetadataServerTest, AFailedJournalWriteIsUndone) {
+  Result<TempDir> dir = TempDir::Create("metasrv-efbig");
+  ASSERT_TRUE(dir.ok());
+  Result<uint16_t> port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  const std::string data = dir->path() + "/data.json";
+  const std::vector<std::string> serve = {ServerBinary(), "--port", std::to_string(*port), "--data",
+                                          data};
+  std::vector<std::string> limited = {"/usr/bin/env", "prlimit", "--fsize=16384"};
+  limited.insert(limited.end(), serve.begin(), serve.end());
+  Result<std::unique_ptr<ChildProcess>> child =
+      ChildProcess::Spawn(limited, dir->path() + "/server.log");
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(WaitForPort(*port, 10s)) << (*child)->LogTail();
+  auto c = Connect(*port);
+  EXPECT_EQ(PutKey(*c, "key=small", "1"), 200);
+  EXPECT_EQ(PutKey(*c, "key=big", std::string(20000, 'b')), 500);
+  EXPECT_EQ(GetStatus(*c, "big"), 404);
+  EXPECT_EQ(PutKey(*c, "key=after", "2"), 200);
+  EXPECT_EQ(GetStatus(*c, "small"), 200);
+  (*child)->Kill();
+
+  child = ChildProcess::Spawn(serve, dir->path() + "/server.log");
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(WaitForPort(*port, 10s)) << (*child)->LogTail();
+  c = Connect(*port);
+  EXPECT_EQ(GetStatus(*c, "small"), 200);
+  EXPECT_EQ(GetStatus(*c, "after"), 200);
+  EXPECT_EQ(GetStatus(*c, "big"), 404);
+  const int status = (*child)->Stop(5s);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << (*child)->LogTail();
+}
+
 TEST(MetadataServerTest, SigtermStopsCleanly) {
   Result<TempDir> dir = TempDir::Create("metasrv-sig");
   ASSERT_TRUE(dir.ok());
@@ -477,8 +694,8 @@ TEST(MetadataServerTest, CommandLine) {
   EXPECT_EQ(RunToExit(*dir, "--help", &output), 0);
   EXPECT_NE(output.find("usage: ferry-metadata-server"), std::string::npos) << output;
   EXPECT_NE(output.find("value_b64"), std::string::npos) << output;
-  for (const char* bad :
-       {"--bogus", "--port 70000", "--port", "--max-body 0", "--path nope", "stray", "--ttl=3"}) {
+  for (const char* bad : {"--bogus", "--port 70000", "--port", "--max-body 0", "--path nope",
+                          "stray", "--ttl=3", "--journal-compact-bytes 0"}) {
     EXPECT_EQ(RunToExit(*dir, bad, &output), 2) << bad << ": " << output;
     EXPECT_NE(output.find("usage:"), std::string::npos) << bad << ": " << output;
   }

@@ -47,6 +47,10 @@ Status ApplyFlag(std::string_view flag, std::string_view value, ServerOptions& o
     const auto keys = ParseUnsigned(value);
     if (!keys || *keys == 0) return BadValue(flag, value, "a positive number of keys");
     out.max_keys = static_cast<size_t>(*keys);
+  } else if (flag == "--journal-compact-bytes") {
+    const auto bytes = ParseUnsigned(value);
+    if (!bytes || *bytes == 0) return BadValue(flag, value, "a positive number of bytes");
+    out.journal_compact_bytes = *bytes;
   } else if (flag == "--log-level") {
     LogLevel level;
     if (!ParseLogLevel(value, &level))
@@ -70,8 +74,14 @@ Result<ServerOptions> ParseServerOptions(const std::vector<std::string>& args) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   ServerOptions out;
   app.add_flag("-h,--help", out.help);
-  static constexpr const char* kValueFlags[] = {"--bind",     "--port",     "--path",     "--data",
-                                                "--max-body", "--max-keys", "--log-level"};
+  static constexpr const char* kValueFlags[] = {"--bind",
+                                                "--port",
+                                                "--path",
+                                                "--data",
+                                                "--max-body",
+                                                "--max-keys",
+                                                "--journal-compact-bytes",
+                                                "--log-level"};
   std::vector<std::string> values(std::size(kValueFlags));
   std::vector<CLI::Option*> options;
   for (size_t i = 0; i < std::size(kValueFlags); ++i) {
@@ -124,8 +134,15 @@ flags:
   --bind ADDR        address to listen on (default 127.0.0.1)
   --port N           port (default 8080; 0 picks a free one)
   --path PATH        resource path (default /metadata)
-  --data FILE        persist every change to FILE (written atomically) and reload it at start;
-                     empty or absent: memory only. A corrupt FILE stops the start (exit 2).
+  --data FILE        persist every change and reload it at start; empty or absent: memory
+                     only. FILE is a snapshot of every key (replaced atomically); each change
+                     is appended to FILE.journal and fdatasynced before it is answered, and
+                     the journal is folded into FILE once it passes the bound below, at
+                     start and at a clean stop. A torn last journal record (a crash mid-write)
+                     is dropped; a corrupt FILE or journal stops the start (exit 2).
+  --journal-compact-bytes BYTES
+                     fold the journal into FILE once it passes max(BYTES, FILE's size)
+                     (default 4194304)
   --max-body BYTES   largest PUT body (default 16777216)
   --max-keys N       most keys held (default 1000000)
   --log-level L      trace|debug|info|warn|error|off (default: FERRY_LOG_LEVEL, else warn);

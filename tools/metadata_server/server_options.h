@@ -19,8 +19,9 @@ struct ServerOptions {
   std::string data;                    // data file; empty: keys live in memory only
   size_t max_body = size_t{16} << 20;  // larger PUT bodies are answered 413
   size_t max_keys = 1000000;           // PUT of a new key beyond this is answered 507
-  std::string log_level;               // empty: FERRY_LOG_LEVEL or warn
-  bool help = false;                   // --help was given
+  uint64_t journal_compact_bytes = uint64_t{4} << 20;  // KvStore::Options
+  std::string log_level;                               // empty: FERRY_LOG_LEVEL or warn
+  bool help = false;                                   // --help was given
 };
 
 // Parses argv[1..] with CLI11 ("--flag value" or "--flag=value"; a later flag overrides an
