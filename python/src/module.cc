@@ -65,8 +65,6 @@ void RaiseStatus(const Status& status) {
   }
 }
 
-void* Ptr(uint64_t addr) { return reinterpret_cast<void*>(static_cast<uintptr_t>(addr)); }
-
 std::chrono::milliseconds Ms(int64_t ms, const char* what) {
   if (ms <= 0) Check(InvalidArgumentError(std::string(what) + " must be > 0 ms"));
   return std::chrono::milliseconds(ms);

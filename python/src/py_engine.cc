@@ -21,8 +21,6 @@ std::string Range(uint64_t addr, uint64_t length) {
   return "[" + Hex(addr) + ", " + Hex(addr + length) + ")";
 }
 
-void* Ptr(uint64_t addr) { return reinterpret_cast<void*>(static_cast<uintptr_t>(addr)); }
-
 }  // namespace
 
 PyEngine::~PyEngine() {

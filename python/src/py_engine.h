@@ -31,6 +31,9 @@
 
 namespace ferry::python {
 
+// The pointer a Python integer address stands for.
+inline void* Ptr(uint64_t addr) { return reinterpret_cast<void*>(static_cast<uintptr_t>(addr)); }
+
 class PyEngine {
  public:
   PyEngine() = default;

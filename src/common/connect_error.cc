@@ -10,16 +10,13 @@
 #include <memory>
 
 #include "common/log.h"
+#include "common/net_address.h"
 #include "common/unique_fd.h"
 
 namespace ferry {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
-
-struct AddrInfoDeleter {
-  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
-};
 
 // One non-blocking connect to `ai` until `deadline`: 0 when it connected, else the errno
 // (ETIMEDOUT when the deadline passed).
@@ -80,7 +77,7 @@ std::string DiagnoseConnect(const HostPort& server, std::chrono::milliseconds ti
     return "cannot resolve '" + server.host +
            "': " + (rc == EAI_SYSTEM ? ErrnoText(errno) : std::string(gai_strerror(rc)));
   }
-  std::unique_ptr<addrinfo, AddrInfoDeleter> addrs(found);
+  AddrInfoPtr addrs(found);
   const auto deadline = start + timeout;
   int err = ETIMEDOUT;
   for (const addrinfo* ai = addrs.get(); ai != nullptr; ai = ai->ai_next) {

@@ -211,3 +211,5 @@ std::string Crc32cMismatchText(std::string_view what, uint32_t sent, uint32_t co
 }
 
 }  // namespace ferry
+
+#undef FERRY_CRC32C_X86  // a unity build compiles other files after this one

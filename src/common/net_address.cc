@@ -18,11 +18,6 @@
 namespace ferry {
 namespace {
 
-struct AddrInfoDeleter {
-  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
-};
-using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
-
 // getaddrinfo with numeric hosts tried first, so literals never reach DNS. "" (or a wildcard
 // written "*") is the passive any-address of IPv4.
 Result<AddrInfoPtr> Resolve(std::string_view host_text, int socktype, bool passive,

@@ -6,17 +6,25 @@
 // Thread contract: pure functions and value types; safe from any thread.
 #pragma once
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-
-#include <sys/socket.h>
 
 #include "common/host_port.h"
 #include "common/unique_fd.h"
 #include "ferry/status.h"
 
 namespace ferry {
+
+// Owns a getaddrinfo() result list (freeaddrinfo when it goes).
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
 // True for the hosts that mean "every interface": "", "*" and any spelling of the unspecified
 // address ("0.0.0.0", "::", "[::]", "0:0::0", ...). Peers can never dial such an address, so it

@@ -19,7 +19,7 @@ std::string Decoded(std::string_view text) {
   return r.ok() ? *r : std::string();
 }
 
-void ExpectRejected(std::string_view text, std::string_view message_part) {
+void ExpectBase64Rejected(std::string_view text, std::string_view message_part) {
   Result<std::string> r = Base64Decode(text);
   ASSERT_FALSE(r.ok()) << "accepted '" << text << "'";
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -67,24 +67,24 @@ TEST(Base64Test, RoundTripsEveryByteValue) {
 }
 
 TEST(Base64Test, RejectsLengthNotAMultipleOfFour) {
-  ExpectRejected("Zg", "multiple of 4");  // padding omitted
-  ExpectRejected("Zg=", "multiple of 4");
-  ExpectRejected("Zm9vY", "multiple of 4");
-  ExpectRejected("=", "multiple of 4");
+  ExpectBase64Rejected("Zg", "multiple of 4");  // padding omitted
+  ExpectBase64Rejected("Zg=", "multiple of 4");
+  ExpectBase64Rejected("Zm9vY", "multiple of 4");
+  ExpectBase64Rejected("=", "multiple of 4");
 }
 
 TEST(Base64Test, RejectsBadPadding) {
-  ExpectRejected("Z===", "padding '=' is only allowed at the end at offset 1");
-  ExpectRejected("====", "offset 0");
-  ExpectRejected("=AAA", "offset 0");
-  ExpectRejected("A=AA", "offset 1");
-  ExpectRejected("Zg==Zg==", "offset 2");  // padding in the middle
-  ExpectRejected("Zm8=Zm9v", "offset 3");
+  ExpectBase64Rejected("Z===", "padding '=' is only allowed at the end at offset 1");
+  ExpectBase64Rejected("====", "offset 0");
+  ExpectBase64Rejected("=AAA", "offset 0");
+  ExpectBase64Rejected("A=AA", "offset 1");
+  ExpectBase64Rejected("Zg==Zg==", "offset 2");  // padding in the middle
+  ExpectBase64Rejected("Zm8=Zm9v", "offset 3");
 }
 
 TEST(Base64Test, RejectsNonCanonicalTrailingBits) {
-  ExpectRejected("Zh==", "non-canonical");  // 'h' has low bits set; canonical is "Zg=="
-  ExpectRejected("Zm9=", "non-canonical");  // canonical is "Zm8="
+  ExpectBase64Rejected("Zh==", "non-canonical");  // 'h' has low bits set; canonical is "Zg=="
+  ExpectBase64Rejected("Zm9=", "non-canonical");  // canonical is "Zm8="
   // Exhaustively: with two padding characters the low 4 bits of the 2nd character must be zero,
   // with one, the low 2 bits of the 3rd.
   for (size_t v = 0; v < 64; ++v) {
@@ -96,10 +96,10 @@ TEST(Base64Test, RejectsNonCanonicalTrailingBits) {
 }
 
 TEST(Base64Test, RejectsCharactersOutsideTheAlphabet) {
-  ExpectRejected("Zm9v!A==", "invalid character '!' at offset 4");
-  ExpectRejected("Zm-_", "invalid character '-' at offset 2");  // URL-safe alphabet
-  ExpectRejected(std::string_view("Zm\0v", 4), "invalid character 0x00 at offset 2");
-  ExpectRejected("Zm9\x80", "invalid character 0x80 at offset 3");
+  ExpectBase64Rejected("Zm9v!A==", "invalid character '!' at offset 4");
+  ExpectBase64Rejected("Zm-_", "invalid character '-' at offset 2");  // URL-safe alphabet
+  ExpectBase64Rejected(std::string_view("Zm\0v", 4), "invalid character 0x00 at offset 2");
+  ExpectBase64Rejected("Zm9\x80", "invalid character 0x80 at offset 3");
   // Every byte value in the first position: accepted exactly when in the alphabet.
   for (int c = 0; c < 256; ++c) {
     const std::string text = std::string(1, static_cast<char>(c)) + "AAA";
@@ -109,12 +109,12 @@ TEST(Base64Test, RejectsCharactersOutsideTheAlphabet) {
 }
 
 TEST(Base64Test, RejectsWhitespace) {
-  ExpectRejected("Zm9v\n", "multiple of 4");
-  ExpectRejected("Zm9vYmFy\r\n", "multiple of 4");
-  ExpectRejected(" Zm9vYmE", "invalid character 0x20 at offset 0");
-  ExpectRejected("Zm 9vYmE", "invalid character 0x20 at offset 2");
-  ExpectRejected("Zm9v\tYmE", "invalid character 0x09 at offset 4");
-  ExpectRejected("Zm9vYmE\n", "invalid character 0x0a at offset 7");
+  ExpectBase64Rejected("Zm9v\n", "multiple of 4");
+  ExpectBase64Rejected("Zm9vYmFy\r\n", "multiple of 4");
+  ExpectBase64Rejected(" Zm9vYmE", "invalid character 0x20 at offset 0");
+  ExpectBase64Rejected("Zm 9vYmE", "invalid character 0x20 at offset 2");
+  ExpectBase64Rejected("Zm9v\tYmE", "invalid character 0x09 at offset 4");
+  ExpectBase64Rejected("Zm9vYmE\n", "invalid character 0x0a at offset 7");
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ std::string PathOf(std::string_view pointer) {
 }
 
 // Decoding `text` fails with InvalidArgument whose message contains `part`.
-void ExpectRejected(std::string_view text, std::string_view part, const DecodeLimits& limits = {}) {
+void ExpectDescRejected(std::string_view text, std::string_view part,
+                        const DecodeLimits& limits = {}) {
   Result<SegmentDesc> r = DecodeSegmentDesc(text, limits);
   ASSERT_FALSE(r.ok()) << "accepted: " << text.substr(0, 300);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -238,52 +239,52 @@ TEST(SegmentDescCodecTest, AcceptsAdjacentBuffersAndAnyJsonWhitespace) {
 // ----- rejections: shape -----------------------------------------------------------------------
 
 // JSON value types as the schema uses them; kNever marks values no field accepts.
-enum class Type { kUnsigned, kString, kBool, kObject, kArray, kNever };
+enum class FieldType { kUnsigned, kString, kBool, kObject, kArray, kNever };
 
 struct FieldCase {
   const char* pointer;
-  Type type;
+  FieldType type;
   bool required;  // false for entries of a map or array, whose absence is valid
 };
 
 constexpr FieldCase kFields[] = {
-    {"/schema_version", Type::kUnsigned, true},
-    {"/name", Type::kString, true},
-    {"/incarnation", Type::kUnsigned, true},
-    {"/rpc", Type::kObject, true},
-    {"/rpc/host", Type::kString, true},
-    {"/rpc/port", Type::kUnsigned, true},
-    {"/host", Type::kObject, true},
-    {"/host/hostname", Type::kString, true},
-    {"/host/boot_id", Type::kString, true},
-    {"/host/pid_namespace", Type::kUnsigned, true},
-    {"/devices", Type::kArray, true},
-    {"/devices/0", Type::kObject, false},
-    {"/devices/0/name", Type::kString, true},
-    {"/devices/0/transport", Type::kString, true},
-    {"/devices/0/location", Type::kString, true},
-    {"/transports", Type::kObject, true},
-    {"/transports/rdma", Type::kString, false},
-    {"/buffers", Type::kArray, true},
-    {"/buffers/0", Type::kObject, false},
-    {"/buffers/1", Type::kObject, false},
-    {"/buffers/0/addr", Type::kUnsigned, true},
-    {"/buffers/0/length", Type::kUnsigned, true},
-    {"/buffers/0/location", Type::kString, true},
-    {"/buffers/0/generation", Type::kUnsigned, true},
-    {"/buffers/0/remote_accessible", Type::kBool, true},
-    {"/buffers/0/keys", Type::kObject, true},
-    {"/buffers/0/keys/tcp", Type::kString, false},
-    {"/buffers/1/addr", Type::kUnsigned, true},
-    {"/buffers/1/generation", Type::kUnsigned, true},
-    {"/buffers/1/keys", Type::kObject, true},
-    {"/buffers/1/file", Type::kObject, false},
-    {"/buffers/1/file/device", Type::kUnsigned, true},
-    {"/buffers/1/file/inode", Type::kUnsigned, true},
-    {"/buffers/1/file/size", Type::kUnsigned, true},
-    {"/buffers/1/file/offset", Type::kUnsigned, true},
-    {"/buffers/1/file/paths", Type::kObject, true},
-    {"/buffers/1/file/paths/n7", Type::kString, false},
+    {"/schema_version", FieldType::kUnsigned, true},
+    {"/name", FieldType::kString, true},
+    {"/incarnation", FieldType::kUnsigned, true},
+    {"/rpc", FieldType::kObject, true},
+    {"/rpc/host", FieldType::kString, true},
+    {"/rpc/port", FieldType::kUnsigned, true},
+    {"/host", FieldType::kObject, true},
+    {"/host/hostname", FieldType::kString, true},
+    {"/host/boot_id", FieldType::kString, true},
+    {"/host/pid_namespace", FieldType::kUnsigned, true},
+    {"/devices", FieldType::kArray, true},
+    {"/devices/0", FieldType::kObject, false},
+    {"/devices/0/name", FieldType::kString, true},
+    {"/devices/0/transport", FieldType::kString, true},
+    {"/devices/0/location", FieldType::kString, true},
+    {"/transports", FieldType::kObject, true},
+    {"/transports/rdma", FieldType::kString, false},
+    {"/buffers", FieldType::kArray, true},
+    {"/buffers/0", FieldType::kObject, false},
+    {"/buffers/1", FieldType::kObject, false},
+    {"/buffers/0/addr", FieldType::kUnsigned, true},
+    {"/buffers/0/length", FieldType::kUnsigned, true},
+    {"/buffers/0/location", FieldType::kString, true},
+    {"/buffers/0/generation", FieldType::kUnsigned, true},
+    {"/buffers/0/remote_accessible", FieldType::kBool, true},
+    {"/buffers/0/keys", FieldType::kObject, true},
+    {"/buffers/0/keys/tcp", FieldType::kString, false},
+    {"/buffers/1/addr", FieldType::kUnsigned, true},
+    {"/buffers/1/generation", FieldType::kUnsigned, true},
+    {"/buffers/1/keys", FieldType::kObject, true},
+    {"/buffers/1/file", FieldType::kObject, false},
+    {"/buffers/1/file/device", FieldType::kUnsigned, true},
+    {"/buffers/1/file/inode", FieldType::kUnsigned, true},
+    {"/buffers/1/file/size", FieldType::kUnsigned, true},
+    {"/buffers/1/file/offset", FieldType::kUnsigned, true},
+    {"/buffers/1/file/paths", FieldType::kObject, true},
+    {"/buffers/1/file/paths/n7", FieldType::kString, false},
 };
 
 TEST(SegmentDescCodecTest, RejectsEveryMissingField) {
@@ -293,25 +294,25 @@ TEST(SegmentDescCodecTest, RejectsEveryMissingField) {
     const Json::json_pointer ptr(field.pointer);
     Json doc = ValidDoc();
     ASSERT_EQ(doc[ptr.parent_pointer()].erase(ptr.back()), 1u);
-    ExpectRejected(doc.dump(), PathOf(field.pointer) + ": missing");
+    ExpectDescRejected(doc.dump(), PathOf(field.pointer) + ": missing");
   }
 }
 
 TEST(SegmentDescCodecTest, RejectsEveryWrongType) {
   // One value of each JSON type, including the numbers an unsigned field must refuse: negative,
   // fractional, exponent form, and 2^64 (which no uint64 holds).
-  const std::pair<std::string_view, Type> kCandidates[] = {
-      {R"("1")", Type::kString},
-      {"true", Type::kBool},
-      {"false", Type::kBool},
-      {"[]", Type::kArray},
-      {"{}", Type::kObject},
-      {"null", Type::kNever},
-      {"-1", Type::kNever},
-      {"1.5", Type::kNever},
-      {"1e3", Type::kNever},
-      {"1.0", Type::kNever},
-      {"18446744073709551616", Type::kNever},
+  const std::pair<std::string_view, FieldType> kCandidates[] = {
+      {R"("1")", FieldType::kString},
+      {"true", FieldType::kBool},
+      {"false", FieldType::kBool},
+      {"[]", FieldType::kArray},
+      {"{}", FieldType::kObject},
+      {"null", FieldType::kNever},
+      {"-1", FieldType::kNever},
+      {"1.5", FieldType::kNever},
+      {"1e3", FieldType::kNever},
+      {"1.0", FieldType::kNever},
+      {"18446744073709551616", FieldType::kNever},
   };
   for (const FieldCase& field : kFields) {
     for (const auto& [value, type] : kCandidates) {
@@ -319,7 +320,7 @@ TEST(SegmentDescCodecTest, RejectsEveryWrongType) {
       SCOPED_TRACE(std::string(field.pointer) + " = " + std::string(value));
       Json doc = ValidDoc();
       doc[Json::json_pointer(field.pointer)] = Json::parse(value);
-      ExpectRejected(doc.dump(), PathOf(field.pointer) + ": must be ");
+      ExpectDescRejected(doc.dump(), PathOf(field.pointer) + ": must be ");
     }
   }
   // Number spellings that a round trip through a JSON library would normalise away.
@@ -327,10 +328,10 @@ TEST(SegmentDescCodecTest, RejectsEveryWrongType) {
   for (std::string_view spelling : {"-0", "1.0", "1e3", "1E+3", "0.0"}) {
     std::string edited = text;
     edited.replace(edited.find("1234567890123"), 13, spelling);
-    ExpectRejected(edited, "incarnation: must be an unsigned integer (got a ");
+    ExpectDescRejected(edited, "incarnation: must be an unsigned integer (got a ");
   }
-  ExpectRejected("[]", "segment descriptor: must be an object (got an array)");
-  ExpectRejected("42", "segment descriptor: must be an object (got an unsigned integer)");
+  ExpectDescRejected("[]", "segment descriptor: must be an object (got an array)");
+  ExpectDescRejected("42", "segment descriptor: must be an object (got an unsigned integer)");
 }
 
 TEST(SegmentDescCodecTest, RejectsUnknownFieldsAtEveryLevel) {
@@ -339,7 +340,7 @@ TEST(SegmentDescCodecTest, RejectsUnknownFieldsAtEveryLevel) {
     SCOPED_TRACE(pointer);
     Json doc = ValidDoc();
     doc[Json::json_pointer(pointer)] = 1;
-    ExpectRejected(doc.dump(), PathOf(pointer) + ": unknown field");
+    ExpectDescRejected(doc.dump(), PathOf(pointer) + ": unknown field");
   }
 }
 
@@ -347,13 +348,13 @@ TEST(SegmentDescCodecTest, RejectsDuplicateFields) {
   const std::string text = ValidDoc().dump();  // keys sorted, no spaces
   std::string dup = text;
   dup.replace(dup.find(R"("incarnation":)"), 0, R"("name":"other",)");
-  ExpectRejected(dup, "name: duplicate field");
+  ExpectDescRejected(dup, "name: duplicate field");
   dup = text;
   dup.replace(dup.find(R"("generation":3)"), 0, R"("generation":3,)");
-  ExpectRejected(dup, "buffers[0].generation: duplicate field");
+  ExpectDescRejected(dup, "buffers[0].generation: duplicate field");
   dup = text;
   dup.replace(dup.find(R"("tcp":)"), 0, R"("tcp":"",)");
-  ExpectRejected(dup, "buffers[0].keys.tcp: duplicate field");
+  ExpectDescRejected(dup, "buffers[0].keys.tcp: duplicate field");
 }
 
 TEST(SegmentDescCodecTest, RejectsOtherSchemaVersionsBeforeAnythingElse) {
@@ -361,8 +362,8 @@ TEST(SegmentDescCodecTest, RejectsOtherSchemaVersionsBeforeAnythingElse) {
     Json doc = ValidDoc();
     doc["schema_version"] = version;
     doc["a_field_from_the_future"] = true;
-    ExpectRejected(doc.dump(), "unsupported schema_version " + std::to_string(version) +
-                                   " (this build reads 1 to 2)");
+    ExpectDescRejected(doc.dump(), "unsupported schema_version " + std::to_string(version) +
+                                       " (this build reads 1 to 2)");
   }
 }
 
@@ -383,7 +384,7 @@ TEST(SegmentDescCodecTest, PublishesV1UntilAFileBufferNeedsV2AndReadsBoth) {
 
   Json doc = ValidDoc();
   doc["schema_version"] = 1;
-  ExpectRejected(doc.dump(), "buffers[1].file: unknown field (schema v1)");
+  ExpectDescRejected(doc.dump(), "buffers[1].file: unknown field (schema v1)");
   doc["buffers"].erase(1);
   EXPECT_TRUE(DecodeSegmentDesc(doc.dump()).ok()) << DecodeSegmentDesc(doc.dump()).status();
 }
@@ -437,22 +438,22 @@ TEST(SegmentDescCodecTest, RejectsEveryOutOfRangeValue) {
     SCOPED_TRACE(std::string(c.pointer) + " = " + value.substr(0, 40));
     Json doc = ValidDoc();
     doc[Json::json_pointer(c.pointer)] = Json::parse(value);
-    ExpectRejected(doc.dump(), c.message);
+    ExpectDescRejected(doc.dump(), c.message);
   }
 }
 
 TEST(SegmentDescCodecTest, RejectsOverlappingBuffersNamingBothRanges) {
   Json doc = ValidDoc();
   doc["buffers"][1]["addr"] = 0x2000;  // inside [0x1000, 0x3000)
-  ExpectRejected(doc.dump(), "buffers: [0x1000, 0x3000) overlaps [0x2000, 0x3000)");
+  ExpectDescRejected(doc.dump(), "buffers: [0x1000, 0x3000) overlaps [0x2000, 0x3000)");
 
   doc["buffers"][1] = doc["buffers"][0];  // identical ranges
-  ExpectRejected(doc.dump(), "buffers: [0x1000, 0x3000) overlaps [0x1000, 0x3000)");
+  ExpectDescRejected(doc.dump(), "buffers: [0x1000, 0x3000) overlaps [0x1000, 0x3000)");
 
   doc = ValidDoc();  // one buffer swallowing a later one, listed out of order
   doc["buffers"][1]["addr"] = 0;
   doc["buffers"][1]["length"] = 0x100000;
-  ExpectRejected(doc.dump(), "buffers: [0x0, 0x100000) overlaps [0x1000, 0x3000)");
+  ExpectDescRejected(doc.dump(), "buffers: [0x0, 0x100000) overlaps [0x1000, 0x3000)");
 }
 
 TEST(SegmentDescCodecTest, RejectsInputOverTheLimits) {
@@ -461,31 +462,32 @@ TEST(SegmentDescCodecTest, RejectsInputOverTheLimits) {
   limits.max_input_bytes = text.size();
   EXPECT_TRUE(DecodeSegmentDesc(text, limits).ok());
   limits.max_input_bytes = text.size() - 1;
-  ExpectRejected(text, "input is " + std::to_string(text.size()) + " bytes, over the limit of",
-                 limits);
+  ExpectDescRejected(text, "input is " + std::to_string(text.size()) + " bytes, over the limit of",
+                     limits);
   // Rejected before parsing: garbage of the same size gives the same answer.
-  ExpectRejected(std::string(text.size(), '['), "bytes, over the limit of", limits);
+  ExpectDescRejected(std::string(text.size(), '['), "bytes, over the limit of", limits);
 
   limits = {};
   limits.max_buffers = 1;
-  ExpectRejected(text, "buffers: 2 entries, over the limit of 1", limits);
+  ExpectDescRejected(text, "buffers: 2 entries, over the limit of 1", limits);
   limits = {};
   limits.max_devices = 0;
-  ExpectRejected(text, "devices: 1 entries, over the limit of 0", limits);
+  ExpectDescRejected(text, "devices: 1 entries, over the limit of 0", limits);
   limits = {};
   limits.max_key_bytes = 6;  // "tcp-key" is 7 bytes
-  ExpectRejected(text, "buffers[0].keys.tcp: opaque value is 7 bytes, over the limit of 6", limits);
+  ExpectDescRejected(text, "buffers[0].keys.tcp: opaque value is 7 bytes, over the limit of 6",
+                     limits);
   limits.max_key_bytes = 3;  // the transports blob is 4 bytes
-  ExpectRejected(text, "transports.rdma: opaque value is 4 bytes", limits);
+  ExpectDescRejected(text, "transports.rdma: opaque value is 4 bytes", limits);
 
   // Opaque maps: at most max_transports entries each, refused at the first one past it.
   limits = {};
   limits.max_transports = 2;
   EXPECT_TRUE(DecodeSegmentDesc(text, limits).ok());
   limits.max_transports = 1;  // buffers[0].keys has two
-  ExpectRejected(text, "buffers[0].keys: more than 1 entries, over the limit of 1", limits);
+  ExpectDescRejected(text, "buffers[0].keys: more than 1 entries, over the limit of 1", limits);
   limits.max_transports = 0;  // in kValidJson the transports object comes first
-  ExpectRejected(kValidJson, "transports: more than 0 entries, over the limit of 0", limits);
+  ExpectDescRejected(kValidJson, "transports: more than 0 entries, over the limit of 0", limits);
   // The default: a buffer's keys object of 100000 entries is refused at the 17th.
   std::string keys_heavy = R"({"schema_version":2,"name":"n","incarnation":1,)"
                            R"("rpc":{"host":"h","port":1},)"
@@ -496,49 +498,51 @@ TEST(SegmentDescCodecTest, RejectsInputOverTheLimits) {
   keys_heavy += R"("k":""}}]})";
   Result<SegmentDesc> one_buffer = DecodeSegmentDesc(keys_heavy, {.max_transports = 200000});
   EXPECT_EQ(one_buffer.ok() ? one_buffer->buffers.at(0).keys.size() : 0u, 100001u);
-  ExpectRejected(keys_heavy, "buffers[0].keys: more than 16 entries, over the limit of 16");
+  ExpectDescRejected(keys_heavy, "buffers[0].keys: more than 16 entries, over the limit of 16");
 }
 
 TEST(SegmentDescCodecTest, RejectsDeepNestingWithoutRecursing) {
-  ExpectRejected(std::string(100000, '['), "JSON nesting is deeper than the limit of 8 levels");
+  ExpectDescRejected(std::string(100000, '['), "JSON nesting is deeper than the limit of 8 levels");
   std::string objects;
   for (int i = 0; i < 100000; ++i) objects += R"({"a":)";
-  ExpectRejected(objects, "a.a.a.a.a.a.a: JSON nesting is deeper than the limit of 8 levels");
+  ExpectDescRejected(objects, "a.a.a.a.a.a.a: JSON nesting is deeper than the limit of 8 levels");
   // With no effective limit, neither parsing nor freeing 200000 nested arrays recurses: the
   // input simply fails where it ends.
   DecodeLimits limits;
   limits.max_depth = 1 << 30;
-  ExpectRejected(std::string(200000, '['), "invalid JSON: parse error at line 1, column 200001",
-                 limits);
+  ExpectDescRejected(std::string(200000, '['), "invalid JSON: parse error at line 1, column 200001",
+                     limits);
 
   // Depth 8 is allowed (the unknown field is what fails); depth 9 is not.
   Json doc = ValidDoc();
   doc["extra"] = Json::parse("[[[[[[[]]]]]]]");  // the root is depth 1, these 7 more
-  ExpectRejected(doc.dump(), "extra: unknown field");
+  ExpectDescRejected(doc.dump(), "extra: unknown field");
   doc["extra"] = Json::parse("[[[[[[[[]]]]]]]]");
-  ExpectRejected(doc.dump(), "extra[0][0][0][0][0][0]: JSON nesting is deeper than the limit");
+  ExpectDescRejected(doc.dump(), "extra[0][0][0][0][0][0]: JSON nesting is deeper than the limit");
 
   limits = {};
   limits.max_depth = 3;  // v1 needs 4: root > buffers > buffer > keys
-  ExpectRejected(kValidJson, "buffers[0]: JSON nesting is deeper than the limit of 3", limits);
+  ExpectDescRejected(kValidJson, "buffers[0]: JSON nesting is deeper than the limit of 3", limits);
 }
 
 TEST(SegmentDescCodecTest, RejectsInvalidJsonWithThePosition) {
-  ExpectRejected("", "invalid JSON: parse error at line 1, column 1");
-  ExpectRejected(std::string_view(), "invalid JSON: parse error at line 1, column 1");  // no data
-  ExpectRejected("{", "invalid JSON: parse error at line 1, column 2");
-  ExpectRejected(std::string(kValidJson) + " x", "invalid JSON: parse error at line 16, column 3");
-  ExpectRejected(std::string(kValidJson) + "{}", "expected end of input");
-  ExpectRejected(R"({"name": 'x'})", "line 1, column 10");
-  ExpectRejected(R"({"name": "x",})", "invalid JSON: ");
-  ExpectRejected("/* comment */ {}", "line 1, column 1");
-  ExpectRejected("{\"name\": \"\xff\"}", "invalid JSON");     // invalid UTF-8
-  ExpectRejected(R"({"name": "\ud800"})", "invalid JSON: ");  // lone surrogate
-  ExpectRejected(R"({"schema_version": NaN})", "invalid JSON: ");
-  ExpectRejected(R"({"schema_version": 01})", "invalid JSON: ");
-  ExpectRejected(R"({"schema_version": 1e999})", "invalid JSON: ");
-  ExpectRejected(std::string("{\"name\": \"a\0b\"}", 15), "invalid JSON: ");
-  ExpectRejected("{}", "schema_version: missing");
+  ExpectDescRejected("", "invalid JSON: parse error at line 1, column 1");
+  ExpectDescRejected(std::string_view(),
+                     "invalid JSON: parse error at line 1, column 1");  // no data
+  ExpectDescRejected("{", "invalid JSON: parse error at line 1, column 2");
+  ExpectDescRejected(std::string(kValidJson) + " x",
+                     "invalid JSON: parse error at line 16, column 3");
+  ExpectDescRejected(std::string(kValidJson) + "{}", "expected end of input");
+  ExpectDescRejected(R"({"name": 'x'})", "line 1, column 10");
+  ExpectDescRejected(R"({"name": "x",})", "invalid JSON: ");
+  ExpectDescRejected("/* comment */ {}", "line 1, column 1");
+  ExpectDescRejected("{\"name\": \"\xff\"}", "invalid JSON");     // invalid UTF-8
+  ExpectDescRejected(R"({"name": "\ud800"})", "invalid JSON: ");  // lone surrogate
+  ExpectDescRejected(R"({"schema_version": NaN})", "invalid JSON: ");
+  ExpectDescRejected(R"({"schema_version": 01})", "invalid JSON: ");
+  ExpectDescRejected(R"({"schema_version": 1e999})", "invalid JSON: ");
+  ExpectDescRejected(std::string("{\"name\": \"a\0b\"}", 15), "invalid JSON: ");
+  ExpectDescRejected("{}", "schema_version: missing");
 }
 
 // ----- ValidateSegmentDesc ---------------------------------------------------------------------
@@ -599,7 +603,7 @@ TEST(SegmentDescCodecTest, ValidateAgreesWithDecodeOnEveryRule) {
     const Status validated = ValidateSegmentDesc(d);
     EXPECT_EQ(validated.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(validated.message().find(m.message), std::string::npos) << validated;
-    ExpectRejected(EncodeSegmentDesc(d), m.message);
+    ExpectDescRejected(EncodeSegmentDesc(d), m.message);
   }
 }
 

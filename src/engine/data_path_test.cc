@@ -30,7 +30,7 @@ EngineOptions TcpOptions() {
 }
 
 // Submits `request` alone in a new batch and returns its task's final status.
-TransferStatus RunOne(TransferEngine& engine, const TransferRequest& request) {
+TransferStatus RunOneTask(TransferEngine& engine, const TransferRequest& request) {
   Result<BatchId> batch = engine.allocateBatchID(1);
   EXPECT_TRUE(batch.ok()) << batch.status();
   if (!batch.ok()) return {};
@@ -78,22 +78,23 @@ TEST_F(DataPathTest, ZeroLengthRequestsAreCheckedLikeAnyOther) {
     // buffer's end, as an empty range may.
     for (const uint64_t at : {Addr(remote_.data()), Addr(remote_.data()) + 100,
                               Addr(remote_.data()) + remote_.size()}) {
-      TransferStatus ok = RunOne(initiator_, {op, local_.data(), seg_, at, 0});
+      TransferStatus ok = RunOneTask(initiator_, {op, local_.data(), seg_, at, 0});
       EXPECT_EQ(ok.state, TransferState::kCompleted) << ok.reason;
       EXPECT_EQ(ok.transferred_bytes, 0u);
     }
     // A target address in no published buffer.
     TransferStatus outside =
-        RunOne(initiator_, {op, local_.data(), seg_, Addr(unregistered_.data()), 0});
+        RunOneTask(initiator_, {op, local_.data(), seg_, Addr(unregistered_.data()), 0});
     EXPECT_EQ(outside.state, TransferState::kFailed);
     EXPECT_EQ(outside.reason.code(), StatusCode::kInvalidArgument) << outside.reason;
     // A target buffer that is not remote-accessible.
-    TransferStatus denied = RunOne(initiator_, {op, local_.data(), seg_, Addr(private_.data()), 0});
+    TransferStatus denied =
+        RunOneTask(initiator_, {op, local_.data(), seg_, Addr(private_.data()), 0});
     EXPECT_EQ(denied.state, TransferState::kFailed);
     EXPECT_EQ(denied.reason.code(), StatusCode::kPermissionDenied) << denied.reason;
     // A local address in no registered region, or none at all.
     for (void* source : {static_cast<void*>(unregistered_.data()), static_cast<void*>(nullptr)}) {
-      TransferStatus unowned = RunOne(initiator_, {op, source, seg_, Addr(remote_.data()), 0});
+      TransferStatus unowned = RunOneTask(initiator_, {op, source, seg_, Addr(remote_.data()), 0});
       EXPECT_EQ(unowned.state, TransferState::kFailed);
       EXPECT_EQ(unowned.reason.code(), StatusCode::kNotFound) << unowned.reason;
       EXPECT_NE(unowned.reason.message().find("local buffer"), std::string::npos) << unowned.reason;
@@ -103,10 +104,10 @@ TEST_F(DataPathTest, ZeroLengthRequestsAreCheckedLikeAnyOther) {
   Result<SegmentId> self = target_.openSegment(target_.localSegmentName());
   ASSERT_TRUE(self.ok()) << self.status();
   TransferStatus own_ok =
-      RunOne(target_, {OpCode::kWrite, remote_.data(), *self, Addr(private_.data()), 0});
+      RunOneTask(target_, {OpCode::kWrite, remote_.data(), *self, Addr(private_.data()), 0});
   EXPECT_EQ(own_ok.state, TransferState::kCompleted) << own_ok.reason;
   TransferStatus own_outside =
-      RunOne(target_, {OpCode::kWrite, remote_.data(), *self, Addr(unregistered_.data()), 0});
+      RunOneTask(target_, {OpCode::kWrite, remote_.data(), *self, Addr(unregistered_.data()), 0});
   EXPECT_EQ(own_outside.state, TransferState::kFailed);
   EXPECT_EQ(own_outside.reason.code(), StatusCode::kNotFound) << own_outside.reason;
   EXPECT_TRUE(std::all_of(remote_.begin(), remote_.end(), [](unsigned char c) { return c == 0; }));
@@ -272,7 +273,7 @@ TEST(SliceSizeTest, FollowsTheTransportUnlessSetAndFitsEveryInstalledOne) {
       std::fill(local.begin(), local.end(), op == OpCode::kWrite ? pattern : 0);
       std::fill(remote.begin(), remote.end(), op == OpCode::kWrite ? 0 : pattern);
       TransferStatus task =
-          RunOne(initiator, {op, local.data(), *seg, Addr(remote.data()), kBytes, c.via});
+          RunOneTask(initiator, {op, local.data(), *seg, Addr(remote.data()), kBytes, c.via});
       EXPECT_EQ(task.state, TransferState::kCompleted) << task.reason;
       EXPECT_EQ(task.transport, c.via);
       EXPECT_EQ(task.slice_size, c.expected);
@@ -281,7 +282,7 @@ TEST(SliceSizeTest, FollowsTheTransportUnlessSetAndFitsEveryInstalledOne) {
     }
     // A request that moves nothing through a transport reports no slice size.
     TransferStatus empty =
-        RunOne(initiator, {OpCode::kWrite, local.data(), *seg, Addr(remote.data()), 0, c.via});
+        RunOneTask(initiator, {OpCode::kWrite, local.data(), *seg, Addr(remote.data()), 0, c.via});
     EXPECT_EQ(empty.state, TransferState::kCompleted) << empty.reason;
     EXPECT_EQ(empty.slice_size, 0u);
   }

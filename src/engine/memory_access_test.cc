@@ -19,9 +19,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr size_t kBytes = 256 << 10;
+constexpr size_t kRegionBytes = 256 << 10;
 
-BatchStatus RunOne(TransferEngine& engine, const TransferRequest& request) {
+BatchStatus RunOneBatch(TransferEngine& engine, const TransferRequest& request) {
   Result<BatchId> batch = engine.allocateBatchID(1);
   EXPECT_TRUE(batch.ok()) << batch.status();
   if (!batch.ok()) return {};
@@ -54,10 +54,10 @@ TEST_P(LocalOnlyMemoryTest, PublishesNoKeyAndRefusesPeers) {
   Status init = target.init(Options("target"));
   if (std::string(GetParam()) == "rdma" && !init.ok()) GTEST_SKIP() << "no rdma here: " << init;
   ASSERT_TRUE(init.ok()) << init;
-  std::vector<uint8_t> secret(kBytes, 0x5A);
-  std::vector<uint8_t> open(kBytes, 0);
-  ASSERT_TRUE(target.registerLocalMemory(secret.data(), kBytes, "cpu", false).ok());
-  ASSERT_TRUE(target.registerLocalMemory(open.data(), kBytes, "cpu", true).ok());
+  std::vector<uint8_t> secret(kRegionBytes, 0x5A);
+  std::vector<uint8_t> open(kRegionBytes, 0);
+  ASSERT_TRUE(target.registerLocalMemory(secret.data(), kRegionBytes, "cpu", false).ok());
+  ASSERT_TRUE(target.registerLocalMemory(open.data(), kRegionBytes, "cpu", true).ok());
 
   Result<std::unique_ptr<MetadataStore>> store =
       CreateMetadataStore(Options("reader").metadata_conn, {});
@@ -80,21 +80,24 @@ TEST_P(LocalOnlyMemoryTest, PublishesNoKeyAndRefusesPeers) {
 
   TransferEngine initiator;
   ASSERT_TRUE(initiator.init(Options("initiator")).ok());
-  std::vector<uint8_t> local(kBytes, 0x17);
-  ASSERT_TRUE(initiator.registerLocalMemory(local.data(), kBytes, "cpu", false).ok());
+  std::vector<uint8_t> local(kRegionBytes, 0x17);
+  ASSERT_TRUE(initiator.registerLocalMemory(local.data(), kRegionBytes, "cpu", false).ok());
   Result<SegmentId> segment = initiator.openSegment("target");
   ASSERT_TRUE(segment.ok()) << segment.status();
 
-  BatchStatus refused = RunOne(initiator, {OpCode::kWrite, local.data(), *segment,
-                                           reinterpret_cast<uint64_t>(secret.data()), kBytes});
+  BatchStatus refused =
+      RunOneBatch(initiator, {OpCode::kWrite, local.data(), *segment,
+                              reinterpret_cast<uint64_t>(secret.data()), kRegionBytes});
   EXPECT_EQ(refused.state, TransferState::kFailed);
   EXPECT_EQ(refused.first_error.code(), StatusCode::kPermissionDenied) << refused.first_error;
   EXPECT_NE(refused.first_error.message().find("not remote-accessible"), std::string::npos)
       << refused.first_error;
-  EXPECT_EQ(secret, std::vector<uint8_t>(kBytes, 0x5A)) << "a refused write changed the region";
+  EXPECT_EQ(secret, std::vector<uint8_t>(kRegionBytes, 0x5A))
+      << "a refused write changed the region";
 
-  BatchStatus written = RunOne(initiator, {OpCode::kWrite, local.data(), *segment,
-                                           reinterpret_cast<uint64_t>(open.data()), kBytes});
+  BatchStatus written =
+      RunOneBatch(initiator, {OpCode::kWrite, local.data(), *segment,
+                              reinterpret_cast<uint64_t>(open.data()), kRegionBytes});
   EXPECT_EQ(written.state, TransferState::kCompleted) << written.first_error;
   EXPECT_EQ(open, local);
 }
@@ -151,22 +154,23 @@ TEST(SameUserPtraceTest, ManagedBuffersMoveOverShmWithItOff) {
   options.local_server_name = "initiator";
   TransferEngine initiator;
   ASSERT_TRUE(initiator.init(options).ok());
-  Result<void*> remote = target.allocateManagedBuffer(kBytes);
-  Result<void*> local = initiator.allocateManagedBuffer(2 * kBytes);
+  Result<void*> remote = target.allocateManagedBuffer(kRegionBytes);
+  Result<void*> local = initiator.allocateManagedBuffer(2 * kRegionBytes);
   ASSERT_TRUE(remote.ok() && local.ok());
   auto* src = static_cast<uint8_t*>(*local);
-  for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
-  std::memset(src + kBytes, 0, kBytes);
+  for (size_t i = 0; i < kRegionBytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::memset(src + kRegionBytes, 0, kRegionBytes);
   Result<SegmentId> segment = initiator.openSegment("target");
   ASSERT_TRUE(segment.ok()) << segment.status();
   const uint64_t remote_addr = reinterpret_cast<uint64_t>(*remote);
-  BatchStatus written = RunOne(initiator, {OpCode::kWrite, src, *segment, remote_addr, kBytes});
+  BatchStatus written =
+      RunOneBatch(initiator, {OpCode::kWrite, src, *segment, remote_addr, kRegionBytes});
   ASSERT_EQ(written.state, TransferState::kCompleted) << written.first_error;
-  EXPECT_EQ(0, std::memcmp(*remote, src, kBytes));
-  BatchStatus read =
-      RunOne(initiator, {OpCode::kRead, src + kBytes, *segment, remote_addr, kBytes});
+  EXPECT_EQ(0, std::memcmp(*remote, src, kRegionBytes));
+  BatchStatus read = RunOneBatch(
+      initiator, {OpCode::kRead, src + kRegionBytes, *segment, remote_addr, kRegionBytes});
   ASSERT_EQ(read.state, TransferState::kCompleted) << read.first_error;
-  EXPECT_EQ(0, std::memcmp(src + kBytes, src, kBytes));
+  EXPECT_EQ(0, std::memcmp(src + kRegionBytes, src, kRegionBytes));
   EXPECT_TRUE(initiator.freeManagedBuffer(*local).ok());
   EXPECT_TRUE(target.freeManagedBuffer(*remote).ok());
 }

@@ -21,12 +21,11 @@ namespace {
 
 using namespace std::chrono_literals;
 using rpc::testing::kEchoType;
+using rpc::testing::Local;
 using rpc::testing::RawReadFrame;
 using rpc::testing::RawSend;
 using rpc::testing::StartEchoServer;
 using Clock = std::chrono::steady_clock;
-
-HostPort Local(uint16_t port) { return HostPort{"127.0.0.1", port}; }
 
 TEST(RpcClientTest, ErrorStatusRoundTripsWithItsCode) {
   auto server = RpcServer::Create({}).value();

@@ -23,14 +23,13 @@ using rpc::FrameHeader;
 using rpc::UniqueFd;
 using rpc::testing::ClosedWithin;
 using rpc::testing::kEchoType;
+using rpc::testing::Local;
 using rpc::testing::RawConnect;
 using rpc::testing::RawReadFrame;
 using rpc::testing::RawSend;
 using rpc::testing::RequestFrame;
 using rpc::testing::StartEchoServer;
 using Clock = std::chrono::steady_clock;
-
-HostPort Local(uint16_t port) { return HostPort{"127.0.0.1", port}; }
 
 // Echo on one persistent client; fails the test when the call fails.
 void ExpectEcho(RpcClient& client, uint16_t port, const std::string& payload) {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/host_port.h"
 #include "ferry/status.h"
 #include "rpc/frame.h"
 #include "rpc/rpc_server.h"
@@ -17,6 +18,9 @@
 namespace ferry::rpc::testing {
 
 inline constexpr uint16_t kEchoType = 100;
+
+// 127.0.0.1:port, where the tests' servers listen.
+inline HostPort Local(uint16_t port) { return HostPort{"127.0.0.1", port}; }
 
 // A connected socket to 127.0.0.1:port (fails the calling test on error).
 UniqueFd RawConnect(uint16_t port);

@@ -397,7 +397,7 @@ uint64_t FreshSeed() {
   return seed == kTargetPatternSeed ? seed + 1 : seed;
 }
 
-int Fail(const std::string& what, const Status& status) {
+int InitiatorFailed(const std::string& what, const Status& status) {
   std::fprintf(stderr, "ferry-bench initiator: %s: %s\n", what.c_str(), status.ToString().c_str());
   return 1;
 }
@@ -605,7 +605,7 @@ class RawBaselines {
 int RunInitiator(const BenchOptions& o, StopSignals& signals) {
   const uint64_t seed = FreshSeed();
   InitiatorSide side;
-  if (Status s = OpenInitiator(o, seed, side); !s.ok()) return Fail("setting up", s);
+  if (Status s = OpenInitiator(o, seed, side); !s.ok()) return InitiatorFailed("setting up", s);
   const BenchOptions& run = side.run;
 
   BenchResult result = Measure(side.engine, run, side.target, side.buffer->data(), signals);
@@ -653,7 +653,7 @@ int RunSweep(const BenchOptions& o, StopSignals& signals) {
     series.protocol = protocol;
     InitiatorSide side;
     if (Status s = OpenInitiator(series, /*seed=*/0, side); !s.ok()) {
-      status = Fail("--sweep_protocols " + protocol, s);
+      status = InitiatorFailed("--sweep_protocols " + protocol, s);
       continue;
     }
     for (const uint64_t threads : o.sweep_threads) {

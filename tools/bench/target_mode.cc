@@ -25,7 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int Fail(const std::string& what, const Status& status) {
+int TargetFailed(const std::string& what, const Status& status) {
   std::fprintf(stderr, "ferry-bench target: %s: %s\n", what.c_str(), status.ToString().c_str());
   return 1;
 }
@@ -89,10 +89,10 @@ Status PrepareTargetFile(const std::string& path, uint64_t size) {
 int RunFileTarget(TransferEngine& engine, const BenchOptions& options, StopSignals& signals) {
   const uint64_t size = options.EffectiveBufferSize();
   if (Status s = PrepareTargetFile(options.target_file, size); !s.ok()) {
-    return Fail("preparing the file", s);
+    return TargetFailed("preparing the file", s);
   }
   Result<uint64_t> addr = engine.registerLocalFile(options.target_file, size);
-  if (!addr.ok()) return Fail("registerLocalFile " + options.target_file, addr.status());
+  if (!addr.ok()) return TargetFailed("registerLocalFile " + options.target_file, addr.status());
 
   std::printf("ready segment=%s addr=0x%llx len=%llu protocol=%s managed=0 file=%s\n",
               engine.localSegmentName().c_str(), static_cast<unsigned long long>(*addr),
@@ -103,7 +103,7 @@ int RunFileTarget(TransferEngine& engine, const BenchOptions& options, StopSigna
   Serve(signals, options.duration_given, options.duration_s);
 
   if (Status s = engine.unregisterLocalFile(*addr); !s.ok()) {
-    return Fail("unregisterLocalFile", s);
+    return TargetFailed("unregisterLocalFile", s);
   }
   return 0;
 }
@@ -112,11 +112,11 @@ int RunFileTarget(TransferEngine& engine, const BenchOptions& options, StopSigna
 
 int RunTarget(const BenchOptions& options, StopSignals& signals) {
   TransferEngine engine;  // declared first: it outlives the buffer registered with it
-  if (Status s = engine.init(MakeEngineOptions(options)); !s.ok()) return Fail("init", s);
+  if (Status s = engine.init(MakeEngineOptions(options)); !s.ok()) return TargetFailed("init", s);
   if (!options.target_file.empty()) return RunFileTarget(engine, options, signals);
   Result<std::unique_ptr<BenchBuffer>> buffer = BenchBuffer::Create(
       engine, options.EffectiveBufferSize(), options.managed, options.ManagedLocation());
-  if (!buffer.ok()) return Fail("allocating the buffer", buffer.status());
+  if (!buffer.ok()) return TargetFailed("allocating the buffer", buffer.status());
   BenchBuffer& memory = **buffer;
   if (options.check) FillPattern(kTargetPatternSeed, 0, memory.data(), memory.size());
 
@@ -128,7 +128,7 @@ int RunTarget(const BenchOptions& options, StopSignals& signals) {
 
   Serve(signals, options.duration_given, options.duration_s);
 
-  if (Status s = memory.Release(); !s.ok()) return Fail("releasing the buffer", s);
+  if (Status s = memory.Release(); !s.ok()) return TargetFailed("releasing the buffer", s);
   return 0;
 }
 

@@ -16,10 +16,8 @@ FERRY_TSAN_IGNORE_HTTPLIB()
 
 namespace {
 
-using namespace ferry::cli;
-
 // The store flags of one subcommand, writing into `flags` and `timeout_ms`.
-void AddStoreFlags(CLI::App* sub, StoreFlags& flags, int& timeout_ms) {
+void AddStoreFlags(CLI::App* sub, ferry::cli::StoreFlags& flags, int& timeout_ms) {
   sub->add_option("--metadata_server,--metadata-server", flags.connection,
                   "the store the engines publish to: etcd://H:P[,H:P...], redis://[user:pass@]"
                   "H:P[/db] or http://H:P/metadata (P2PHANDSHAKE is not a store)")
@@ -33,6 +31,8 @@ void AddStoreFlags(CLI::App* sub, StoreFlags& flags, int& timeout_ms) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // In main only: a unity build compiles the other files of ferry-cli in this translation unit.
+  using namespace ferry::cli;
   CLI::App app{
       "Inspects a ferry cluster: the segments its engines publish in the metadata store, their "
       "liveness, their changes, and an engine's metrics."};

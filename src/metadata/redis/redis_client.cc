@@ -27,10 +27,6 @@ timeval ToTimeval(std::chrono::milliseconds timeout) {
   return tv;
 }
 
-bool StartsWith(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 // Argument vectors in the form hiredis takes them; views into `args`.
 struct ArgVector {
   explicit ArgVector(const Args& args) {
@@ -469,7 +465,7 @@ Result<std::vector<KeyValue>> RedisClient::List(std::string_view prefix) {
     const redisReply& batch = Element(*reply, 1);
     for (size_t i = 0; i < batch.elements; ++i) {
       const std::string_view key = ReplyText(Element(batch, i));
-      if (IsString(Element(batch, i)) && StartsWith(key, prefix)) keys.emplace_back(key);
+      if (IsString(Element(batch, i)) && key.starts_with(prefix)) keys.emplace_back(key);
     }
     cursor = std::string(ReplyText(Element(*reply, 0)));
   } while (cursor != "0");

@@ -26,10 +26,6 @@ constexpr milliseconds kMinKeepalive{1000};  // PING after max(this, request_tim
 constexpr milliseconds kFirstBackoff{100};
 constexpr milliseconds kMaxBackoff{2000};
 
-bool StartsWith(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 bool Contains(std::string_view text, char c) { return text.find(c) != std::string_view::npos; }
 
 // Keyspace events that remove a key, and those that give it a (new) string value.
@@ -246,7 +242,7 @@ Status RedisWatch::Dispatch(const redisReply& message) {
   const std::string_view kind = ReplyText(Element(message, 0));
   if (kind == "pmessage" && mode_ == Mode::kKeyspace && IsArray(message, 4)) {
     const std::string_view channel = ReplyText(Element(message, 2));
-    if (!StartsWith(channel, keyspace_channel_)) return Status::Ok();
+    if (!channel.starts_with(keyspace_channel_)) return Status::Ok();
     return DeliverKeyspaceEvent(ReplyText(Element(message, 3)),
                                 channel.substr(keyspace_channel_.size()));
   }
@@ -257,7 +253,7 @@ Status RedisWatch::Dispatch(const redisReply& message) {
 }
 
 Status RedisWatch::DeliverKeyspaceEvent(std::string_view event, std::string_view key) {
-  if (!StartsWith(key, prefix_)) return Status::Ok();
+  if (!key.starts_with(prefix_)) return Status::Ok();
   if (IsDeleteEvent(event)) {
     Emit({WatchEvent::Type::kDelete, std::string(key), {}});
     return Status::Ok();
@@ -275,7 +271,7 @@ Status RedisWatch::DeliverFerryEvent(std::string_view payload) {
   const std::string_view op = payload.substr(0, op_end);
   const std::string_view db = payload.substr(op_end + 1, db_end - op_end - 1);
   const std::string_view key = payload.substr(db_end + 1);
-  if (db != std::to_string(client_->config().db) || !StartsWith(key, prefix_)) {
+  if (db != std::to_string(client_->config().db) || !key.starts_with(prefix_)) {
     return Status::Ok();
   }
   if (op == "del") {

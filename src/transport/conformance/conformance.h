@@ -6,8 +6,9 @@
 //                ${CMAKE_CURRENT_SOURCE_DIR}/tcp_conformance.cc)
 //   set_property(GLOBAL APPEND PROPERTY FERRY_CONFORMANCE_LIBS ferry_transport_tcp)
 //
-//   // tcp_conformance.cc
-//   static const bool registered = ferry::conformance::Register({
+//   // tcp_conformance.cc (the static is named after the transport: unity builds compile
+//   // several <x>_conformance.cc files as one translation unit)
+//   static const bool registered_tcp = ferry::conformance::Register({
 //       .name = "tcp", .transport = "tcp",
 //       .make = [] { return std::make_unique<TcpTransport>(TcpTransportOptions{}); }});
 //

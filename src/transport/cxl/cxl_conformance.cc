@@ -50,7 +50,7 @@ Result<std::shared_ptr<uint8_t>> AllocateInWindow(Transport& owner, size_t lengt
                                   [state](uint8_t* p) { state->allocator->Free(p).IgnoreError(); });
 }
 
-const bool registered = conformance::Register({
+const bool registered_cxl = conformance::Register({
     .name = "cxl",
     .transport = "cxl",
     .make =

@@ -22,7 +22,9 @@
 
 extern char** environ;  // NOLINT: POSIX
 
-namespace ferry::cxl {
+// A namespace of its own: a unity build compiles this file with the other cxl tests, whose
+// helpers (kWindow, Options, ...) differ.
+namespace ferry::cxl::two_process_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -178,4 +180,4 @@ TEST(CxlChildProcess, WritesAndReadsThroughTheWindow) {
 }
 
 }  // namespace
-}  // namespace ferry::cxl
+}  // namespace ferry::cxl::two_process_test

@@ -13,7 +13,7 @@ RdmaTransportOptions TcpOptions() {
   return options;
 }
 
-const bool registered = conformance::Register({
+const bool registered_rdma = conformance::Register({
     .name = "rdma_tcp",
     .transport = "rdma",
     .make = [] { return CreateRdmaTransport(TcpOptions()); },

@@ -23,14 +23,12 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr uint64_t kIncarnation = kGrantTestIncarnation;
-constexpr milliseconds kTimeout{2000};
 constexpr char kSecret[] = "the cluster secret, 32 bytes ...";
 constexpr char kOther[] = "some other secret of 32 bytes ..";
 
 class GrantAuthTest : public GrantServerFixture {
  protected:
-  void StartServer(const std::string& secret, milliseconds reply_timeout = kTimeout) {
+  void StartServer(const std::string& secret, milliseconds reply_timeout = kGrantTestTimeout) {
     GrantServer::Options options;
     options.auth_secret = secret;
     options.reply_timeout = reply_timeout;
@@ -38,20 +36,21 @@ class GrantAuthTest : public GrantServerFixture {
   }
 
   Result<std::unique_ptr<GrantConnection>> Connect(const std::string& secret) {
-    return GrantConnection::Connect(server_->path(), kTimeout, GrantAuth{secret, "shm"});
+    return GrantConnection::Connect(server_->path(), kGrantTestTimeout, GrantAuth{secret, "shm"});
   }
 
   // One Acquire of a range of the region; its overall status, or the range's answer.
   Status AcquireOne(GrantConnection& conn) {
-    const RangeRequest range{reinterpret_cast<uint64_t>(region_.data()), 64, kIncarnation, 3};
+    const RangeRequest range{reinterpret_cast<uint64_t>(region_.data()), 64, kGrantTestIncarnation,
+                             3};
     std::vector<Status> results;
-    Status s = conn.Acquire(std::span<const RangeRequest>(&range, 1), &results, kTimeout);
+    Status s = conn.Acquire(std::span<const RangeRequest>(&range, 1), &results, kGrantTestTimeout);
     if (!s.ok()) return s;
     return results.at(0);
   }
 
   void ExpectRefusedByServer() {
-    EXPECT_TRUE(WaitFor([&] { return server_->auth_refusals() == 1; }, kTimeout));
+    EXPECT_TRUE(WaitFor([&] { return server_->auth_refusals() == 1; }, kGrantTestTimeout));
     EXPECT_EQ(ctx_.active_pins(), 0);
     EXPECT_EQ(server_->held_pins(), 0);
   }
@@ -64,7 +63,7 @@ TEST_F(GrantAuthTest, TheSameSecretIsGranted) {
   EXPECT_TRUE(AcquireOne(**conn).ok());
   EXPECT_EQ(server_->held_pins(), 1);
   EXPECT_TRUE((*conn)->Release().ok());
-  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kTimeout));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kGrantTestTimeout));
   EXPECT_EQ(server_->auth_refusals(), 0u);
 }
 
@@ -107,7 +106,7 @@ TEST_F(GrantAuthTest, RefusalsAreLoggedOncePerPeerProcess) {
   for (int i = 0; i < 5; ++i) {
     EXPECT_EQ(Connect(kOther).status().code(), StatusCode::kPermissionDenied);
   }
-  const bool counted = WaitFor([&] { return server_->auth_refusals() == 5; }, kTimeout);
+  const bool counted = WaitFor([&] { return server_->auth_refusals() == 5; }, kGrantTestTimeout);
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(counted);
   size_t lines = 0;
@@ -130,7 +129,7 @@ TEST_F(GrantAuthTest, AStalledHandshakeIsClosedWithinTheReplyTimeout) {
   ASSERT_EQ(::send(fd.get(), "FAUT\x01\x01", 6, MSG_NOSIGNAL), 6);  // then nothing
   char byte = 0;
   EXPECT_EQ(::recv(fd.get(), &byte, 1, 0), 0);  // closed by the server, not by our timeout
-  EXPECT_TRUE(WaitFor([&] { return server_->auth_refusals() == 1; }, kTimeout));
+  EXPECT_TRUE(WaitFor([&] { return server_->auth_refusals() == 1; }, kGrantTestTimeout));
 }
 
 }  // namespace

@@ -30,22 +30,19 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr uint64_t kIncarnation = kGrantTestIncarnation;
-constexpr milliseconds kTimeout{2000};
-
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
 class GrantChannelTest : public GrantServerFixture {
  protected:
   std::unique_ptr<GrantConnection> Connect() {
     Result<std::unique_ptr<GrantConnection>> conn =
-        GrantConnection::Connect(server_->path(), kTimeout);
+        GrantConnection::Connect(server_->path(), kGrantTestTimeout);
     EXPECT_TRUE(conn.ok()) << conn.status();
     return conn.ok() ? std::move(conn).value() : nullptr;
   }
 
   RangeRequest Range(size_t offset, size_t length, uint64_t generation = 3) {
-    return RangeRequest{Addr(region_.data() + offset), length, kIncarnation, generation};
+    return RangeRequest{Addr(region_.data() + offset), length, kGrantTestIncarnation, generation};
   }
 
   // A raw client socket to the server, for frames the real client never sends.
@@ -88,8 +85,8 @@ TEST_F(GrantChannelTest, LeasedRegionsPinThroughTheTableUntilRevoked) {
   ASSERT_NE(conn, nullptr);
   EXPECT_FALSE(conn->TryPin(Range(0, 16))) << "pinned before any lease";
   std::vector<Status> results;
-  const RangeRequest asked[] = {Range(0, 16), {Addr(other.data()), 16, kIncarnation, 3}};
-  ASSERT_TRUE(conn->Acquire(asked, &results, kTimeout).ok());
+  const RangeRequest asked[] = {Range(0, 16), {Addr(other.data()), 16, kGrantTestIncarnation, 3}};
+  ASSERT_TRUE(conn->Acquire(asked, &results, kGrantTestTimeout).ok());
   ASSERT_TRUE(results[0].ok() && results[1].ok());
   ASSERT_TRUE(conn->Release().ok());
   EXPECT_EQ(server_->leased_regions(), 1) << "a table of one entry leased two regions";
@@ -105,15 +102,15 @@ TEST_F(GrantChannelTest, LeasedRegionsPinThroughTheTableUntilRevoked) {
   std::unique_ptr<GrantConnection> late = Connect();
   ASSERT_NE(late, nullptr);
   const RangeRequest closed[] = {Range(0, 16)};
-  EXPECT_TRUE(late->Acquire(closed, &results, kTimeout).ok());
+  EXPECT_TRUE(late->Acquire(closed, &results, kGrantTestTimeout).ok());
   EXPECT_EQ(results[0].code(), StatusCode::kStale) << results[0];
   EXPECT_FALSE(late->TryPin(Range(0, 16)));
   EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(100))) << "the lease drained under a held pin";
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout)) << "the lease was not released once unpinned";
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout)) << "the lease was not released once unpinned";
   EXPECT_FALSE(conn->TryPin(Range(0, 16))) << "pinned a revoked lease";
   // The count drops just after the lease's release (which WaitNoPins saw).
-  EXPECT_TRUE(WaitFor([&] { return server_->leased_regions() == 0; }, kTimeout));
+  EXPECT_TRUE(WaitFor([&] { return server_->leased_regions() == 0; }, kGrantTestTimeout));
 }
 
 // A lease the initiator still caches for a region that was unregistered must not pin through
@@ -129,16 +126,16 @@ TEST_F(GrantChannelTest, AStaleLeaseAtAReusedEntryIsNotPinnedInTheSameBatch) {
   ASSERT_NE(conn, nullptr);
   std::vector<Status> results;
   const RangeRequest x[] = {Range(0, 16)};
-  ASSERT_TRUE(conn->Acquire(x, &results, kTimeout).ok());
+  ASSERT_TRUE(conn->Acquire(x, &results, kGrantTestTimeout).ok());
   ASSERT_TRUE(results[0].ok()) << results[0];
   ASSERT_TRUE(conn->Release().ok());
   ASSERT_TRUE(ctx_.CloseRegion(region_.data()));  // X unregistered: its entry drains, is freed
-  ASSERT_TRUE(ctx_.WaitNoPins(kTimeout));
-  ASSERT_TRUE(WaitFor([&] { return server_->leased_regions() == 0; }, kTimeout));
+  ASSERT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
+  ASSERT_TRUE(WaitFor([&] { return server_->leased_regions() == 0; }, kGrantTestTimeout));
   std::vector<uint8_t> y(4096);
   ctx_.AddRegion(y.data(), y.size(), /*generation=*/9, true, "shm");
-  const RangeRequest yr[] = {{Addr(y.data()), 16, kIncarnation, 9}};
-  ASSERT_TRUE(conn->Acquire(yr, &results, kTimeout).ok());
+  const RangeRequest yr[] = {{Addr(y.data()), 16, kGrantTestIncarnation, 9}};
+  ASSERT_TRUE(conn->Acquire(yr, &results, kGrantTestTimeout).ok());
   ASSERT_TRUE(results[0].ok()) << results[0];
   ASSERT_TRUE(conn->Release().ok());
   ASSERT_EQ(server_->leased_regions(), 1);
@@ -182,9 +179,9 @@ TEST_F(GrantChannelTest, TheInitiatorIgnoresLeasesOutsideTheTableOrNotLive) {
   ASSERT_EQ(::listen(listener, 1), 0);
   std::thread target([&] {
     pollfd ready{listener, POLLIN, 0};
-    if (::poll(&ready, 1, static_cast<int>(kTimeout.count())) != 1) return;
+    if (::poll(&ready, 1, static_cast<int>(kGrantTestTimeout.count())) != 1) return;
     UniqueFd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+    const auto deadline = std::chrono::steady_clock::now() + kGrantTestTimeout;
     wire::FrameHeader header;
     std::string payload;
     // Until the initiator closes (or the bound passes): answer each frame as a target would.
@@ -218,12 +215,13 @@ TEST_F(GrantChannelTest, TheInitiatorIgnoresLeasesOutsideTheTableOrNotLive) {
     }
   });
   {
-    Result<std::unique_ptr<GrantConnection>> conn = GrantConnection::Connect(path, kTimeout);
+    Result<std::unique_ptr<GrantConnection>> conn =
+        GrantConnection::Connect(path, kGrantTestTimeout);
     ASSERT_TRUE(conn.ok()) << conn.status();
     std::vector<RangeRequest> asked;
-    for (const Lease& l : answers) asked.push_back({l.addr, 16, kIncarnation, 3});
+    for (const Lease& l : answers) asked.push_back({l.addr, 16, kGrantTestIncarnation, 3});
     std::vector<Status> results;
-    ASSERT_TRUE((*conn)->Acquire(asked, &results, kTimeout).ok());
+    ASSERT_TRUE((*conn)->Acquire(asked, &results, kGrantTestTimeout).ok());
     ASSERT_EQ(results.size(), std::size(answers));
     ASSERT_TRUE((*conn)->Release().ok());
     EXPECT_TRUE((*conn)->TryPin(asked[0])) << "the sound lease does not pin";
@@ -285,7 +283,7 @@ TEST_F(GrantChannelTest, StartRemovesOnlyDeadSocketsOfItsTransport) {
   for (const std::string& kept : {young, other, foreign, (*live)->path()}) {
     EXPECT_EQ(::stat(kept.c_str(), &st), 0) << kept << " was removed";
   }
-  auto conn = GrantConnection::Connect((*live)->path(), kTimeout);
+  auto conn = GrantConnection::Connect((*live)->path(), kGrantTestTimeout);
   EXPECT_TRUE(conn.ok()) << "the live server lost its socket";
   for (const std::string& p : {young, other, foreign}) ::unlink(p.c_str());
 }
@@ -315,13 +313,13 @@ TEST_F(GrantChannelTest, AcquirePinsEachRangeAndReleaseLetsThemGo) {
   const std::vector<RangeRequest> ranges = {
       Range(0, 1024),
       Range(1024, 3072),
-      Range(0, 64, /*generation=*/2),                         // stale generation
-      Range(4000, 200),                                       // leaves the region
-      {Addr(elsewhere), sizeof(elsewhere), kIncarnation, 3},  // nothing registered there
-      {Addr(region_.data()), 64, kIncarnation + 1, 3},        // another incarnation
+      Range(0, 64, /*generation=*/2),                                  // stale generation
+      Range(4000, 200),                                                // leaves the region
+      {Addr(elsewhere), sizeof(elsewhere), kGrantTestIncarnation, 3},  // nothing registered there
+      {Addr(region_.data()), 64, kGrantTestIncarnation + 1, 3},        // another incarnation
   };
   std::vector<Status> results;
-  ASSERT_TRUE(conn->Acquire(ranges, &results, kTimeout).ok());
+  ASSERT_TRUE(conn->Acquire(ranges, &results, kGrantTestTimeout).ok());
   ASSERT_EQ(results.size(), ranges.size());
   EXPECT_TRUE(results[0].ok()) << results[0];
   EXPECT_TRUE(results[1].ok()) << results[1];
@@ -334,31 +332,34 @@ TEST_F(GrantChannelTest, AcquirePinsEachRangeAndReleaseLetsThemGo) {
   EXPECT_EQ(ctx_.active_pins(), 2);
 
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
-  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kGrantTestTimeout));
   EXPECT_FALSE(conn->broken());
 
   // The connection serves the next batch after a release.
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kGrantTestTimeout).ok());
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].ok());
   EXPECT_EQ(ctx_.active_pins(), 1);
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
 }
 
 TEST_F(GrantChannelTest, AClosingRegionIsRefusedAndPinsHeldKeepItFromDraining) {
   StartServer();
   auto conn = Connect();
   std::vector<Status> results;
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 64)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(0, 64)}, &results, kGrantTestTimeout).ok());
   ASSERT_TRUE(results[0].ok());
   ASSERT_TRUE(ctx_.CloseRegion(region_.data()));
   EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(50)));  // still held by the connection
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(64, 64)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(64, 64)}, &results, kGrantTestTimeout).ok());
   EXPECT_EQ(results[0].code(), StatusCode::kStale);
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
 }
 
 TEST_F(GrantChannelTest, AClosedConnectionReleasesItsPins) {
@@ -366,16 +367,18 @@ TEST_F(GrantChannelTest, AClosedConnectionReleasesItsPins) {
   auto a = Connect();
   auto b = Connect();
   std::vector<Status> results;
+  ASSERT_TRUE(a->Acquire(std::vector<RangeRequest>{Range(0, 64), Range(64, 64)}, &results,
+                         kGrantTestTimeout)
+                  .ok());
   ASSERT_TRUE(
-      a->Acquire(std::vector<RangeRequest>{Range(0, 64), Range(64, 64)}, &results, kTimeout).ok());
-  ASSERT_TRUE(b->Acquire(std::vector<RangeRequest>{Range(128, 64)}, &results, kTimeout).ok());
+      b->Acquire(std::vector<RangeRequest>{Range(128, 64)}, &results, kGrantTestTimeout).ok());
   EXPECT_EQ(ctx_.active_pins(), 3);
   a.reset();  // no Release: the server drops a's pins when it sees the close
-  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 1; }, kTimeout));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 1; }, kGrantTestTimeout));
   EXPECT_EQ(ctx_.active_pins(), 1);
   b.reset();
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
-  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
+  EXPECT_TRUE(WaitFor([&] { return server_->held_pins() == 0; }, kGrantTestTimeout));
 }
 
 TEST_F(GrantChannelTest, ARangeWhoseDeadlinePassedIsRefusedAsTimeoutWithoutAPin) {
@@ -386,16 +389,16 @@ TEST_F(GrantChannelTest, ARangeWhoseDeadlinePassedIsRefusedAsTimeoutWithoutAPin)
   RangeRequest in_time = Range(64, 64);
   in_time.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::vector<Status> results;
-  ASSERT_TRUE(
-      conn->Acquire(std::vector<RangeRequest>{late, in_time, Range(128, 64)}, &results, kTimeout)
-          .ok());
+  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{late, in_time, Range(128, 64)}, &results,
+                            kGrantTestTimeout)
+                  .ok());
   ASSERT_EQ(results.size(), 3u);
   EXPECT_EQ(results[0].code(), StatusCode::kTimeout) << results[0];
   EXPECT_TRUE(results[1].ok()) << results[1];
   EXPECT_TRUE(results[2].ok()) << results[2];
   EXPECT_EQ(ctx_.pin_calls(), 2u) << "the late range never reached the registry";
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
 }
 
 TEST(GrantWireTest, DeadlinesRoundTripAndNoneStaysNone) {
@@ -431,16 +434,18 @@ TEST_F(GrantChannelTest, PinsHeldByOneConnectionAreBounded) {
   const std::vector<RangeRequest> full(wire::kMaxRanges, Range(0, 8));
   std::vector<Status> results;
   for (int i = 0; i < 4; ++i) {  // Acquire after Acquire without a Release
-    ASSERT_TRUE(conn->Acquire(full, &results, kTimeout).ok());
+    ASSERT_TRUE(conn->Acquire(full, &results, kGrantTestTimeout).ok());
     ASSERT_TRUE(results.back().ok()) << i << ": " << results.back();
   }
   EXPECT_EQ(server_->held_pins(), static_cast<int>(4 * wire::kMaxRanges));
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kGrantTestTimeout).ok());
   EXPECT_EQ(results[0].code(), StatusCode::kAgain) << results[0];
   EXPECT_EQ(server_->held_pins(), static_cast<int>(4 * wire::kMaxRanges));
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kGrantTestTimeout).ok());
   EXPECT_TRUE(results[0].ok()) << "room again after the Release";
 }
 
@@ -468,7 +473,8 @@ TEST_F(GrantChannelTest, ConnectWaitsForRoomInAFullBacklogUntilItsDeadline) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
   // Accepting one makes room: a waiting connect gets through.
   std::thread accept_later([listener] { ::close(::accept(listener, nullptr, nullptr)); });
-  Result<std::unique_ptr<GrantConnection>> waited = GrantConnection::Connect(path, kTimeout);
+  Result<std::unique_ptr<GrantConnection>> waited =
+      GrantConnection::Connect(path, kGrantTestTimeout);
   accept_later.join();
   EXPECT_TRUE(waited.ok()) << waited.status();
   ::close(listener);
@@ -481,21 +487,22 @@ TEST_F(GrantChannelTest, RangeCountsAreBounded) {
   StartServer(options);
   auto conn = Connect();
   std::vector<Status> results;
-  EXPECT_EQ(conn->Acquire({}, &results, kTimeout).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->Acquire({}, &results, kGrantTestTimeout).code(), StatusCode::kInvalidArgument);
   std::vector<RangeRequest> too_many(wire::kMaxRanges + 1, Range(0, 8));
-  EXPECT_EQ(conn->Acquire(too_many, &results, kTimeout).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(conn->Acquire(too_many, &results, kGrantTestTimeout).code(),
+            StatusCode::kInvalidArgument);
   too_many.resize(5);
-  Status over = conn->Acquire(too_many, &results, kTimeout);
+  Status over = conn->Acquire(too_many, &results, kGrantTestTimeout);
   EXPECT_EQ(over.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(over.message().find("limit of 4"), std::string::npos) << over;
   EXPECT_TRUE(results.empty());
   EXPECT_FALSE(conn->broken());
   EXPECT_EQ(ctx_.active_pins(), 0);
   too_many.resize(4);
-  ASSERT_TRUE(conn->Acquire(too_many, &results, kTimeout).ok());
+  ASSERT_TRUE(conn->Acquire(too_many, &results, kGrantTestTimeout).ok());
   EXPECT_EQ(ctx_.active_pins(), 4);
   ASSERT_TRUE(conn->Release().ok());
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
 }
 
 // Sends `bytes` on a raw connection and expects the server to close it and count a bad frame.
@@ -518,7 +525,7 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   wire::PutU32(&frame, 1);
   wire::PutU64(&frame, Addr(region_.data()));
   wire::PutU64(&frame, 64);
-  wire::PutU64(&frame, kIncarnation);
+  wire::PutU64(&frame, kGrantTestIncarnation);
   wire::PutU64(&frame, 3);
   wire::PutU64(&frame, wire::kNoDeadline);
   int fd = RawConnect();
@@ -531,7 +538,7 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   wire::PutHeader(&bad, wire::FrameType::kAcquire, 0);
   bad[5] = 9;  // version
   ExpectClosedAsBadFrame(this, fd, bad, server_.get(), 0);
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
 
   std::vector<std::string> bad_frames;
   std::string oversized;
@@ -562,7 +569,7 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   wire::PutU32(&version2_acquire, 1);
   wire::PutU64(&version2_acquire, Addr(region_.data()));
   wire::PutU64(&version2_acquire, 8);
-  wire::PutU64(&version2_acquire, kIncarnation);
+  wire::PutU64(&version2_acquire, kGrantTestIncarnation);
   wire::PutU64(&version2_acquire, 3);
   wire::PutU64(&version2_acquire, wire::kNoDeadline);
   version2_acquire[5] = 2;
@@ -591,7 +598,8 @@ TEST_F(GrantChannelTest, BadFramesCloseTheConnectionAndDropItsPins) {
   // The server still serves well-formed clients.
   auto conn = Connect();
   std::vector<Status> results;
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kGrantTestTimeout).ok());
   EXPECT_TRUE(results[0].ok());
 }
 
@@ -606,7 +614,7 @@ TEST_F(GrantChannelTest, FetchFdHandsOverTheBufferFile) {
   };
   StartServer(options);
   auto conn = Connect();
-  Result<int> fd = conn->FetchFd(5, kTimeout);
+  Result<int> fd = conn->FetchFd(5, kGrantTestTimeout);
   ASSERT_TRUE(fd.ok()) << fd.status();
   EXPECT_NE(*fd, memfd);
   struct stat a {
@@ -624,13 +632,14 @@ TEST_F(GrantChannelTest, FetchFdHandsOverTheBufferFile) {
   ::munmap(map, 4096);
   ::close(*fd);
 
-  Result<int> missing = conn->FetchFd(6, kTimeout);
+  Result<int> missing = conn->FetchFd(6, kGrantTestTimeout);
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(missing.status().message(), "no buffer 6");
   EXPECT_FALSE(conn->broken());
   // Acquire still works on the same connection afterwards.
   std::vector<Status> results;
-  ASSERT_TRUE(conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      conn->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kGrantTestTimeout).ok());
   EXPECT_TRUE(results[0].ok());
   conn.reset();
   server_.reset();
@@ -640,7 +649,7 @@ TEST_F(GrantChannelTest, FetchFdHandsOverTheBufferFile) {
 TEST_F(GrantChannelTest, FetchFdWithoutALookupIsNotFound) {
   StartServer();
   auto conn = Connect();
-  EXPECT_EQ(conn->FetchFd(1, kTimeout).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(conn->FetchFd(1, kGrantTestTimeout).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(GrantChannelTest, ASilentServerTimesOutWithinTheBoundAndBreaksTheConnection) {
@@ -652,7 +661,7 @@ TEST_F(GrantChannelTest, ASilentServerTimesOutWithinTheBoundAndBreaksTheConnecti
   std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
   ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ASSERT_EQ(::listen(listener, 4), 0);
-  Result<std::unique_ptr<GrantConnection>> conn = GrantConnection::Connect(path, kTimeout);
+  Result<std::unique_ptr<GrantConnection>> conn = GrantConnection::Connect(path, kGrantTestTimeout);
   ASSERT_TRUE(conn.ok()) << conn.status();
   std::vector<Status> results;
   const auto start = std::chrono::steady_clock::now();
@@ -663,16 +672,17 @@ TEST_F(GrantChannelTest, ASilentServerTimesOutWithinTheBoundAndBreaksTheConnecti
   EXPECT_LT(took, milliseconds(1000));
   EXPECT_TRUE((*conn)->broken());
   EXPECT_EQ((*conn)->Release().code(), StatusCode::kUnavailable);
-  EXPECT_EQ((*conn)->FetchFd(1, kTimeout).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ((*conn)->FetchFd(1, kGrantTestTimeout).status().code(), StatusCode::kUnavailable);
   ::close(listener);
   ::unlink(path.c_str());
 }
 
 TEST_F(GrantChannelTest, ConnectToNothingIsUnavailable) {
   Result<std::unique_ptr<GrantConnection>> conn =
-      GrantConnection::Connect(dir_ + "/nobody.sock", kTimeout);
+      GrantConnection::Connect(dir_ + "/nobody.sock", kGrantTestTimeout);
   EXPECT_EQ(conn.status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(GrantConnection::Connect("", kTimeout).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(GrantConnection::Connect("", kGrantTestTimeout).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(GrantChannelTest, StopRefusesNewGrantsAndWaitsForHeldPinsToBeReleased) {
@@ -680,16 +690,20 @@ TEST_F(GrantChannelTest, StopRefusesNewGrantsAndWaitsForHeldPinsToBeReleased) {
   auto holder = Connect();
   auto other = Connect();
   std::vector<Status> results;
-  ASSERT_TRUE(holder->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).ok());
+  ASSERT_TRUE(
+      holder->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kGrantTestTimeout).ok());
   std::unique_ptr<GrantServer> server = std::move(server_);
   std::thread stopper([&server] { server.reset(); });
   // Once the server is draining, a new Acquire is refused as a whole; the connection stays.
   Status refused;
-  ASSERT_TRUE(WaitFor([&] {
-    refused = other->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kTimeout);
-    if (refused.ok()) (void)other->Release();
-    return refused.code() == StatusCode::kUnavailable;
-  }, kTimeout));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        refused =
+            other->Acquire(std::vector<RangeRequest>{Range(8, 8)}, &results, kGrantTestTimeout);
+        if (refused.ok()) (void)other->Release();
+        return refused.code() == StatusCode::kUnavailable;
+      },
+      kGrantTestTimeout));
   EXPECT_NE(refused.message().find("is stopping"), std::string::npos) << refused;
   EXPECT_FALSE(other->broken());
   EXPECT_FALSE(ctx_.WaitNoPins(milliseconds(50))) << "the holder may be copying: its pin must stay";
@@ -711,7 +725,7 @@ TEST_F(GrantChannelTest, StoppingIsBoundedAndDropsEveryPin) {
     std::vector<Status> results;
     ASSERT_TRUE(conns.back()
                     ->Acquire(std::vector<RangeRequest>{Range(static_cast<size_t>(i) * 8, 8)},
-                              &results, kTimeout)
+                              &results, kGrantTestTimeout)
                     .ok());
   }
   EXPECT_EQ(ctx_.active_pins(), 4);
@@ -720,8 +734,9 @@ TEST_F(GrantChannelTest, StoppingIsBoundedAndDropsEveryPin) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
   EXPECT_EQ(ctx_.active_pins(), 0);
   std::vector<Status> results;
-  EXPECT_EQ(conns[0]->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kTimeout).code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(
+      conns[0]->Acquire(std::vector<RangeRequest>{Range(0, 8)}, &results, kGrantTestTimeout).code(),
+      StatusCode::kUnavailable);
   EXPECT_TRUE(conns[0]->broken());
 }
 
@@ -731,7 +746,7 @@ TEST_F(GrantChannelTest, ManyConnectionsAcquireAndReleaseConcurrently) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      auto conn = GrantConnection::Connect(server_->path(), kTimeout);
+      auto conn = GrantConnection::Connect(server_->path(), kGrantTestTimeout);
       if (!conn.ok()) {
         ++failures;
         return;
@@ -740,7 +755,7 @@ TEST_F(GrantChannelTest, ManyConnectionsAcquireAndReleaseConcurrently) {
         std::vector<RangeRequest> ranges;
         for (int r = 0; r < 8; ++r) ranges.push_back(Range(static_cast<size_t>(t * 512 + r), 8));
         std::vector<Status> results;
-        if (!(*conn)->Acquire(ranges, &results, kTimeout).ok() || results.size() != 8 ||
+        if (!(*conn)->Acquire(ranges, &results, kGrantTestTimeout).ok() || results.size() != 8 ||
             !results[7].ok() || !(*conn)->Release().ok()) {
           ++failures;
           return;
@@ -750,7 +765,7 @@ TEST_F(GrantChannelTest, ManyConnectionsAcquireAndReleaseConcurrently) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
   EXPECT_EQ(ctx_.pin_calls(), 4u * 200 * 8);
 }
 
@@ -765,7 +780,7 @@ TEST_F(GrantChannelTest, AcquireReleaseCost) {
     constexpr int kRounds = 1000;
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < kRounds; ++i) {
-      ASSERT_TRUE(conn->Acquire(batch, &results, kTimeout).ok());
+      ASSERT_TRUE(conn->Acquire(batch, &results, kGrantTestTimeout).ok());
       ASSERT_TRUE(results.back().ok());
       ASSERT_TRUE(conn->Release().ok());
     }
@@ -776,7 +791,7 @@ TEST_F(GrantChannelTest, AcquireReleaseCost) {
     std::cout << "[ info ] grant Acquire+Release of " << ranges << " ranges: " << us << " us"
               << std::endl;
   }
-  EXPECT_TRUE(ctx_.WaitNoPins(kTimeout));
+  EXPECT_TRUE(ctx_.WaitNoPins(kGrantTestTimeout));
 }
 
 }  // namespace

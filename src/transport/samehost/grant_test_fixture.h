@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -17,6 +18,8 @@
 namespace ferry::samehost {
 
 inline constexpr uint64_t kGrantTestIncarnation = 77;  // the fixture's context's incarnation
+// How long the grant tests wait for a connect, a reply or an event.
+inline constexpr std::chrono::milliseconds kGrantTestTimeout{2000};
 
 class GrantServerFixture : public ::testing::Test {
  protected:

@@ -27,7 +27,9 @@
 #include "transport/shm/shm_test_pattern.h"
 #include "transport/shm/shm_transport.h"
 
-namespace ferry {
+// A namespace of its own: a unity build compiles this file with the other tests of its target,
+// whose helpers (kWait, kMiB, ...) differ.
+namespace ferry::shm_process_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -570,4 +572,4 @@ TEST_F(ShmProcessTest, ThroughputAgainstRawCopies) {
 }
 
 }  // namespace
-}  // namespace ferry
+}  // namespace ferry::shm_process_test

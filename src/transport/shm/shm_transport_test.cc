@@ -25,7 +25,9 @@
 #include "transport/shm/shm_test_pattern.h"
 #include "common/wait_for.h"
 
-namespace ferry {
+// A namespace of its own: a unity build compiles this file with the other tests of its target,
+// whose helpers (kWait, kTargetIncarnation, ...) differ.
+namespace ferry::shm_transport_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -610,4 +612,4 @@ TEST(ShmCmaTest, AttributesABadAddressToItsCopyAndAVanishedPidToAll) {
 }
 
 }  // namespace
-}  // namespace ferry
+}  // namespace ferry::shm_transport_test

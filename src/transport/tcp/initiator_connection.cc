@@ -17,11 +17,11 @@
 namespace ferry::tcp {
 namespace {
 
-constexpr size_t kMaxIov = 256;
+constexpr size_t kInitiatorMaxIov = 256;
 // Responses are read through a buffer of this size; a READ payload with at least
-// kDirectReadBytes still to come is received straight into local memory instead.
-constexpr size_t kReadAheadBytes = 32 * 1024;
-constexpr uint64_t kDirectReadBytes = 8 * 1024;
+// kInitiatorDirectReadBytes still to come is received straight into local memory instead.
+constexpr size_t kInitiatorReadAheadBytes = 32 * 1024;
+constexpr uint64_t kInitiatorDirectReadBytes = 8 * 1024;
 // One sendmsg is built from sealed requests plus at most this many bytes of requests sealed
 // for it, so a WRITE payload is checksummed shortly before the kernel copies it.
 constexpr uint64_t kSealAheadBytes = 512 * 1024;
@@ -307,10 +307,10 @@ void InitiatorConnection::SendReady() {
   }
   uint64_t moved = 0;
   while (send_index_ < window_.size() && moved < runtime_->options.bytes_per_turn) {
-    std::array<iovec, kMaxIov> iov;  // uninitialised: only the first n entries are passed
+    std::array<iovec, kInitiatorMaxIov> iov;  // uninitialised: only the first n entries are passed
     size_t n = 0;
     uint64_t sealed_now = 0;
-    for (size_t i = send_index_; i < window_.size() && n + 2 <= kMaxIov; ++i) {
+    for (size_t i = send_index_; i < window_.size() && n + 2 <= kInitiatorMaxIov; ++i) {
       Request& r = window_[i];
       if (!r.sealed) {
         if (sealed_now >= kSealAheadBytes) break;
@@ -380,7 +380,7 @@ void InitiatorConnection::ReceiveReady() {
     // A long payload goes straight into local memory; everything else through the read-ahead
     // buffer, so one recv takes many small responses.
     const bool direct = phase_ == RecvPhase::kPayload &&
-                        window_.front().slice->length - payload_got_ >= kDirectReadBytes;
+                        window_.front().slice->length - payload_got_ >= kInitiatorDirectReadBytes;
     size_t got = 0;
     if (direct) {
       const Slice& slice = *window_.front().slice;
@@ -390,8 +390,8 @@ void InitiatorConnection::ReceiveReady() {
       payload_got_ += got;
       if (payload_got_ == slice.length) FinishResponse();
     } else {
-      if (!read_ahead_) read_ahead_ = std::make_unique<uint8_t[]>(kReadAheadBytes);
-      if (ReadSome(read_ahead_.get(), kReadAheadBytes, &got) != Io::kProgress) break;
+      if (!read_ahead_) read_ahead_ = std::make_unique<uint8_t[]>(kInitiatorReadAheadBytes);
+      if (ReadSome(read_ahead_.get(), kInitiatorReadAheadBytes, &got) != Io::kProgress) break;
       in_end_ = got;
       if (!ConsumeBuffered()) return;
     }

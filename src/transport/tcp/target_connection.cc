@@ -19,12 +19,12 @@
 namespace ferry::tcp {
 namespace {
 
-constexpr size_t kMaxIov = 256;  // answers per sendmsg: up to a third of this
+constexpr size_t kTargetMaxIov = 256;  // answers per sendmsg: up to a third of this
 // Requests are read through a buffer of this size (headers, short payloads, discarded
-// payloads); a WRITE payload with at least kDirectReadBytes still to come, met with the buffer
-// empty, is received straight into the pinned memory instead.
-constexpr size_t kReadAheadBytes = 64 * 1024;
-constexpr uint64_t kDirectReadBytes = 8 * 1024;
+// payloads); a WRITE payload with at least kTargetDirectReadBytes still to come, met with the
+// buffer empty, is received straight into the pinned memory instead.
+constexpr size_t kTargetReadAheadBytes = 64 * 1024;
+constexpr uint64_t kTargetDirectReadBytes = 8 * 1024;
 
 uint8_t* TargetPtr(uint64_t addr, uint64_t offset) {
   return reinterpret_cast<uint8_t*>(addr) + offset;  // NOLINT
@@ -152,7 +152,7 @@ void TargetConnection::ReceiveReady() {
     if (Throttled()) break;
     in_begin_ = in_end_ = 0;
     size_t got = 0;
-    if (phase_ == Phase::kPayload && request_.length - payload_got_ >= kDirectReadBytes) {
+    if (phase_ == Phase::kPayload && request_.length - payload_got_ >= kTargetDirectReadBytes) {
       // A long payload lands straight in the pinned memory.
       if (RequestExpired()) {
         ExpireWrite();
@@ -170,8 +170,8 @@ void TargetConnection::ReceiveReady() {
     } else {
       // Headers, short payloads and discarded bytes come through the read-ahead buffer, so one
       // recv takes many small requests.
-      if (!read_ahead_) read_ahead_ = std::make_unique<uint8_t[]>(kReadAheadBytes);
-      if (ReadSome(read_ahead_.get(), kReadAheadBytes, &got) != Io::kProgress) break;
+      if (!read_ahead_) read_ahead_ = std::make_unique<uint8_t[]>(kTargetReadAheadBytes);
+      if (ReadSome(read_ahead_.get(), kTargetReadAheadBytes, &got) != Io::kProgress) break;
       in_end_ = got;
       if (!ConsumeBuffered()) return;
     }
@@ -554,9 +554,9 @@ void TargetConnection::SendReady() {
   }
   uint64_t moved = 0;
   while (!closed_ && !responses_.empty() && moved < runtime_->options.bytes_per_turn) {
-    std::array<iovec, kMaxIov> iov;  // uninitialised: only the first n entries are passed
+    std::array<iovec, kTargetMaxIov> iov;  // uninitialised: only the first n entries are passed
     size_t n = 0;
-    for (size_t i = 0; i < responses_.size() && n + 3 <= kMaxIov; ++i) {
+    for (size_t i = 0; i < responses_.size() && n + 3 <= kTargetMaxIov; ++i) {
       Response& r = responses_[i];
       if (r.pending) break;  // answers go in order: this one waits for its file I/O
       uint64_t at = r.sent;  // offset in header + message + payload

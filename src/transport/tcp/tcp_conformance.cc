@@ -5,7 +5,7 @@
 namespace ferry {
 namespace {
 
-const bool registered = conformance::Register({
+const bool registered_tcp = conformance::Register({
     .name = "tcp",
     .transport = "tcp",
     .make = [] { return std::make_unique<TcpTransport>(TcpTransportOptions{}); },

@@ -10,14 +10,10 @@
 #include <memory>
 
 #include "common/log.h"
+#include "common/net_address.h"
 
 namespace ferry::tcp {
 namespace {
-
-struct AddrInfoDeleter {
-  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
-};
-using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
 // getaddrinfo for a stream socket; numeric hosts are tried first so literals never reach DNS.
 Result<AddrInfoPtr> Resolve(const std::string& host, uint16_t port, bool passive) {
