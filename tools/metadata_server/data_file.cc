@@ -40,16 +40,6 @@ class FdCloser {
   int fd_;
 };
 
-Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError("write", path, errno);
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return Status::Ok();
-}
-
 Status FsyncDirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "."
@@ -133,6 +123,16 @@ Result<EntryMap> DecodeDataFile(std::string_view text) {
   } catch (const std::exception& e) {
     return InvalidArgumentError(e.what());
   }
+}
+
+Status WriteAll(int fd, std::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("write", path, errno);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::Ok();
 }
 
 Result<std::optional<std::string>> ReadFileIfExists(const std::string& path) {

@@ -35,6 +35,10 @@ Result<std::string> EncodeDataFile(const EntryMap& entries);
 // Errors: InvalidArgument saying what is malformed.
 Result<EntryMap> DecodeDataFile(std::string_view text);
 
+// Writes all of `bytes` to `fd` (continuing short writes and EINTR). `path` names the file in
+// errors: Unavailable "write <path>: <errno text>".
+Status WriteAll(int fd, std::string_view bytes, const std::string& path);
+
 // The file's bytes, or nullopt when it does not exist.
 // Errors: Unavailable with errno text when it exists but cannot be read.
 Result<std::optional<std::string>> ReadFileIfExists(const std::string& path);

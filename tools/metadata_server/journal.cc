@@ -218,16 +218,7 @@ Result<std::unique_ptr<JournalWriter>> JournalWriter::Create(const std::string& 
 JournalWriter::~JournalWriter() { ::close(fd_); }
 
 Status JournalWriter::Append(std::string_view records) {
-  Status s = Status::Ok();
-  for (std::string_view left = records; !left.empty();) {
-    const ssize_t n = ::write(fd_, left.data(), left.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      s = UnavailableError("append to " + path_ + ": " + ErrnoText(errno));
-      break;
-    }
-    left.remove_prefix(static_cast<size_t>(n));
-  }
+  Status s = WriteAll(fd_, records, path_);
   if (s.ok() && ::fdatasync(fd_) != 0) {
     s = UnavailableError("fdatasync " + path_ + ": " + ErrnoText(errno));
   }
