@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/mutex.h"
+#include "common/process_shared.h"
 #include "core/base64.h"
 #include "metadata/httplib_error_text.h"
 
@@ -149,21 +150,9 @@ class EtcdConnectionPool {
   // The process's pool for `endpoint` and `timeout`, made when none is alive.
   static std::shared_ptr<EtcdConnectionPool> For(const HostPort& endpoint,
                                                  std::chrono::milliseconds timeout) {
-    struct Registry {
-      Mutex mu;
-      std::map<std::string, std::weak_ptr<EtcdConnectionPool>> pools GUARDED_BY(mu);
-    };
-    static Registry* registry = new Registry();  // never destroyed: clients may outlive main
-    const std::string key = endpoint.ToString() + '\n' + std::to_string(timeout.count());
-    MutexLock lock(registry->mu);
-    std::erase_if(registry->pools, [](const auto& entry) { return entry.second.expired(); });
-    std::weak_ptr<EtcdConnectionPool>& slot = registry->pools[key];
-    std::shared_ptr<EtcdConnectionPool> pool = slot.lock();
-    if (pool == nullptr) {
-      pool = std::make_shared<EtcdConnectionPool>(endpoint, timeout);
-      slot = pool;
-    }
-    return pool;
+    static auto* pools = new ProcessShared<EtcdConnectionPool>();  // never destroyed
+    return pools->Get(endpoint.ToString() + '\n' + std::to_string(timeout.count()),
+                      [&] { return std::make_shared<EtcdConnectionPool>(endpoint, timeout); });
   }
 
   // An idle connection that still looks open (`*reused`), else a new one.

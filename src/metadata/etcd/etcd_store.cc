@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/mutex.h"
+#include "common/process_shared.h"
 #include "core/base64.h"
 #include "metadata/etcd/etcd_client.h"
 #include "metadata/etcd/etcd_watch.h"
@@ -455,23 +456,13 @@ ProcessLease::~ProcessLease() { keeper_.Stop(); }
 
 std::shared_ptr<ProcessLease> ProcessLease::For(const std::vector<HostPort>& endpoints,
                                                 const StoreOptions& options, int64_t ttl_seconds) {
-  struct Registry {
-    Mutex mu;
-    std::map<std::string, std::weak_ptr<ProcessLease>> leases GUARDED_BY(mu);
-  };
-  static Registry* registry = new Registry();  // never destroyed: stores may outlive main
-  const std::string key = EndpointsText(endpoints) + '\n' +
-                          std::to_string(options.request_timeout.count()) + '\n' +
-                          std::to_string(ttl_seconds);
-  MutexLock lock(registry->mu);
-  std::erase_if(registry->leases, [](const auto& entry) { return entry.second.expired(); });
-  std::weak_ptr<ProcessLease>& slot = registry->leases[key];
-  std::shared_ptr<ProcessLease> lease = slot.lock();
-  if (lease == nullptr) {
-    lease = std::make_shared<ProcessLease>(endpoints, options.request_timeout, ttl_seconds);
-    slot = lease;
-  }
-  return lease;
+  static auto* leases = new ProcessShared<ProcessLease>();  // never destroyed
+  return leases->Get(
+      EndpointsText(endpoints) + '\n' + std::to_string(options.request_timeout.count()) + '\n' +
+          std::to_string(ttl_seconds),
+      [&] {
+        return std::make_shared<ProcessLease>(endpoints, options.request_timeout, ttl_seconds);
+      });
 }
 
 void ProcessLease::Join(EtcdStore* store) {
