@@ -1,9 +1,10 @@
-// ferry-cuda-ipc-bench: ferry's cuda-ipc transport against the raw CUDA paths, in the same run,
-// on one machine with a CUDA device (issue 16). Two processes: the program starts a copy of
-// itself as the target, which cudaMallocs the working set on device 0, registers it
-// ("cuda:0", transports {"cuda-ipc"}, P2P metadata on 127.0.0.1) and exports its IPC handle.
-// The initiator (this process) then measures, per block size and operation:
-//   ferry  batches of --batch_size requests of one block each (cuda-ipc, device to device),
+// ferry-cuda-ipc-bench: ferry moving device memory between two processes against the raw CUDA
+// paths, in the same run, on one machine with a CUDA device (issue 16). Two processes: the
+// program starts a copy of itself as the target, which cudaMallocs the working set on device 0,
+// registers it ("cuda:0", transports {--transport}, P2P metadata on 127.0.0.1) and exports its
+// IPC handle. The initiator (this process) then measures, per block size and operation:
+//   ferry  batches of --batch_size requests of one block each (device to device over
+//          --transport: cuda-ipc, or tcp, which stages both sides through host memory),
 //          submitTransfer + waitBatch, cycling through the working set;
 //   raw    the same blocks as cudaMemcpyAsync device to device through the target's allocation
 //          opened with cudaIpcOpenMemHandle, one stream, cudaStreamSynchronize per batch;
@@ -11,7 +12,9 @@
 // between pinned host memory and the device). Numbers are printed, never asserted.
 //
 //   ferry-cuda-ipc-bench [--working_set=256M] [--block_sizes=64K,1M,4M,16M] [--batch_size=16]
-//                        [--seconds=1]
+//                        [--seconds=1] [--transport=cuda-ipc|tcp]
+// Over tcp the raw column stays the device-to-device copy: the ratio says how far the staged
+// network path is from what the same host offers; the staging ceilings bound it too.
 // Exits 1 (saying why) when there is no device or a transfer fails.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -62,19 +65,19 @@ bool Unhex(const std::string& text, void* out, size_t n) {
   return true;
 }
 
-ferry::EngineOptions Options() {
+ferry::EngineOptions Options(const std::string& transport) {
   ferry::EngineOptions o;
   o.metadata_conn = "P2PHANDSHAKE";
   o.local_server_name = "127.0.0.1";
-  o.transports = {"cuda-ipc"};
+  o.transports = {transport};
   return o;
 }
 
 // The target: registers its working set, prints "ready <segment> <addr> <handle>", waits for
 // its stdin to close.
-int RunTarget(uint64_t working_set) {
+int RunTarget(uint64_t working_set, const std::string& transport) {
   ferry::TransferEngine engine;
-  if (ferry::Status s = engine.init(Options()); !s.ok()) {
+  if (ferry::Status s = engine.init(Options(transport)); !s.ok()) {
     std::fprintf(stderr, "target init: %s\n", s.ToString().c_str());
     return 1;
   }
@@ -105,6 +108,7 @@ struct Flags {
   size_t batch = 16;
   double seconds = 1.0;
   bool target = false;
+  std::string transport = "cuda-ipc";
 };
 
 bool Parse(int argc, char** argv, Flags* f) {
@@ -129,6 +133,9 @@ bool Parse(int argc, char** argv, Flags* f) {
       }
     } else if (key == "--batch_size") {
       f->batch = std::strtoull(value.c_str(), nullptr, 10);
+    } else if (key == "--transport") {
+      if (value != "cuda-ipc" && value != "tcp") return false;
+      f->transport = value;
     } else if (key == "--seconds") {
       f->seconds = std::atof(value.c_str());
     } else {
@@ -160,10 +167,10 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, &f)) {
     std::fprintf(stderr,
                  "usage: ferry-cuda-ipc-bench [--working_set=256M] [--block_sizes=64K,1M,...] "
-                 "[--batch_size=16] [--seconds=1]\n");
+                 "[--batch_size=16] [--seconds=1] [--transport=cuda-ipc|tcp]\n");
     return 2;
   }
-  if (f.target) return RunTarget(f.working_set);
+  if (f.target) return RunTarget(f.working_set, f.transport);
   int devices = 0;
   if (!Cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount") || devices == 0) return 1;
 
@@ -175,7 +182,9 @@ int main(int argc, char** argv) {
     dup2(to_child[0], 0);
     dup2(from_child[1], 1);
     const std::string ws = "--working_set=" + std::to_string(f.working_set);
-    execl("/proc/self/exe", "ferry-cuda-ipc-bench", "--target", ws.c_str(), nullptr);
+    const std::string transport = "--transport=" + f.transport;
+    execl("/proc/self/exe", "ferry-cuda-ipc-bench", "--target", ws.c_str(), transport.c_str(),
+          nullptr);
     _exit(127);
   }
   close(to_child[0]);
@@ -200,7 +209,7 @@ int main(int argc, char** argv) {
     cudaIpcMemHandle_t handle;
     cudaStream_t stream = nullptr;
     ferry::Result<ferry::SegmentId> target = ferry::NotFoundError("not opened");
-    if (ferry::Status s = engine.init(Options()); !s.ok()) {
+    if (ferry::Status s = engine.init(Options(f.transport)); !s.ok()) {
       std::fprintf(stderr, "init: %s\n", s.ToString().c_str());
       return 1;
     }
@@ -236,7 +245,7 @@ int main(int argc, char** argv) {
       }
       cudaFreeHost(pinned);
     }
-    std::printf("op,block_bytes,batch,ferry_gbps,raw_gbps,ratio\n");
+    std::printf("transport,op,block_bytes,batch,ferry_gbps,raw_gbps,ratio\n");
     for (const uint64_t block : f.blocks) {
       if (block * f.batch > f.working_set) continue;
       for (const ferry::OpCode op : {ferry::OpCode::kWrite, ferry::OpCode::kRead}) {
@@ -277,8 +286,9 @@ int main(int argc, char** argv) {
           status = 1;
           break;
         }
-        std::printf("%s,%" PRIu64 ",%zu,%.2f,%.2f,%.3f\n", write ? "write" : "read", block, f.batch,
-                    ferry_gbps, raw_gbps, raw_gbps > 0 ? ferry_gbps / raw_gbps : 0.0);
+        std::printf("%s,%s,%" PRIu64 ",%zu,%.2f,%.2f,%.3f\n", f.transport.c_str(),
+                    write ? "write" : "read", block, f.batch, ferry_gbps, raw_gbps,
+                    raw_gbps > 0 ? ferry_gbps / raw_gbps : 0.0);
         std::fflush(stdout);
       }
     }

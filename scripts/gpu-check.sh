@@ -15,10 +15,10 @@
 #       skipped test (a skip there means the device was not usable: the reason is printed). Set
 #       FERRY_GPU_CHECK_ALLOW_SKIP=1 to accept skips (to try the script on a machine without a
 #       GPU). Then, when packed, ferry-cuda-ipc-bench (bench/cuda_ipc_bench.cc) prints ferry's
-#       cuda-ipc throughput next to raw cudaMemcpy through an IPC handle (FERRY_GPU_CHECK_BENCH=0
-#       skips it).
+#       throughput over cuda-ipc, then over tcp (device memory staged on both sides), next to
+#       raw cudaMemcpy through an IPC handle (FERRY_GPU_CHECK_BENCH=0 skips it).
 #
-# Bounds: each test binary FERRY_GPU_CHECK_TIMEOUT seconds (default 150), the benchmark 120 s,
+# Bounds: each test binary FERRY_GPU_CHECK_TIMEOUT seconds (default 150), each benchmark run 120 s,
 # so that a hang still ends well inside one 10-minute device command with its output.
 #
 # With the device tool: pack here, then run with the pack carried, e.g.
@@ -127,12 +127,15 @@ run() {
   fi
   # The benchmark (when packed): ferry's cuda-ipc against raw cudaMemcpy through an IPC handle,
   # in the same run. Its numbers are printed, not judged; a failed transfer fails the check.
+  # Then tcp with device memory on both sides (staged through host memory), same raw column.
   if [[ -x "$pack/bin/ferry-cuda-ipc-bench" && "${FERRY_GPU_CHECK_BENCH:-1}" == 1 ]]; then
-    echo "==> ferry-cuda-ipc-bench"
-    if ! timeout 120 "$pack/bin/ferry-cuda-ipc-bench"; then
-      echo "gpu-check: ferry-cuda-ipc-bench failed" >&2
-      status=1
-    fi
+    for transport in cuda-ipc tcp; do
+      echo "==> ferry-cuda-ipc-bench --transport=$transport"
+      if ! timeout 120 "$pack/bin/ferry-cuda-ipc-bench" --transport="$transport"; then
+        echo "gpu-check: ferry-cuda-ipc-bench --transport=$transport failed" >&2
+        status=1
+      fi
+    done
   fi
   return $status
 }

@@ -194,6 +194,19 @@ Status CopyLocalMemory(void* dst, const void* src, size_t length, bool device_in
   return Status::Ok();
 }
 
+Result<engine::StagingOps> DeviceStagingOps() {
+#if FERRY_WITH_CUDA
+  RETURN_IF_ERROR(cuda::Available());
+  engine::StagingOps ops;
+  ops.copy = [](void* dst, const void* src, size_t length) { return cuda::Copy(dst, src, length); };
+  ops.allocate_pinned = [](size_t length) { return cuda::AllocatePinnedHost(length); };
+  ops.free_pinned = [](void* addr) { cuda::FreePinnedHost(addr); };
+  return ops;
+#else
+  return UnavailableError("this build of ferry has no CUDA support");
+#endif
+}
+
 Result<std::vector<std::unique_ptr<Transport>>> CreateBuiltinTransports(
     const EngineOptions& options) {
   std::vector<std::string> wanted = options.transports;

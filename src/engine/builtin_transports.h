@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/staging_copier.h"
 #include "ferry/options.h"
 #include "ferry/status.h"
 #include "transport/transport.h"
@@ -42,5 +43,10 @@ Status CheckMemoryLocation(const void* addr, uint64_t length, const Location& lo
 // cudaMemcpy then (also when a pointer turns out to be device memory the caller did not know
 // of), memmove for host memory. Returns once the bytes are in place.
 Status CopyLocalMemory(void* dst, const void* src, size_t length, bool device_involved);
+
+// The copies and pinned host memory of engine::StagingCopier for this build's device memory
+// (checked cudaMemcpy, cudaHostAlloc): Unavailable naming the cause when the build or machine
+// has no device, and then no device memory can be registered either.
+Result<engine::StagingOps> DeviceStagingOps();
 
 }  // namespace ferry

@@ -386,6 +386,11 @@ Status TransferEngine::Impl::PlanTask(Task* task, bool may_block, bool* deferred
     uint64_t slice_size = task->slice_size.load(std::memory_order_relaxed);
     if (slice_size == 0) {
       slice_size = SliceSizeFor(transport);
+      // Device memory as the local side may go through the staging copier's chunks (a retry may
+      // fall back to tcp), so its slices fit one.
+      if (stager_ != nullptr && task->local_pin.location().is_device()) {
+        slice_size = std::min(slice_size, stager_->chunk_bytes());
+      }
       task->slice_size.store(slice_size, std::memory_order_relaxed);
     }
     const uint64_t slice_count = (r.length + slice_size - 1) / slice_size;
@@ -545,12 +550,21 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
   // completed here, never handed over.
   const Clock::TimePoint::rep now = clock_->Now().time_since_epoch().count();
   std::vector<Task*> withheld;
+  // Device memory as the local side of a transport that does not reach it goes through the
+  // staging copier's pinned chunks (staging_copier.h), never to the transport at its address.
+  const bool host_only = !backlog->transport->capabilities().reaches_device_memory;
+  std::vector<Slice*> bounced;
+  std::vector<Slice*> unreachable;
   for (Task* task : tasks) {
     if (task->canceled.load()) {
       withheld.push_back(task);
       continue;
     }
-    for (Slice& s : task->slices) backlog->slices.push_back(&s);
+    std::vector<Slice*>& to =
+        !host_only || !task->local_pin.location().is_device() ? backlog->slices
+        : stager_ != nullptr                                  ? bounced
+                                                              : unreachable;
+    for (Slice& s : task->slices) to.push_back(&s);
     if (task->started_at.load(std::memory_order_relaxed) == 0) {
       task->started_at.store(now, std::memory_order_relaxed);  // one attempt at a time
     }
@@ -558,6 +572,13 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
   for (Task* task : withheld) {
     for (Slice& s : task->slices) CompleteSlice(&s, CanceledBeforeHandOver());
   }
+  for (Slice* s : unreachable) {
+    CompleteSlice(s, UnavailableError("transport '" + std::string(backlog->transport->name()) +
+                                      "' does not reach device memory, and this engine has no "
+                                      "staging copier for it"));
+  }
+  if (!bounced.empty()) stager_->Bounce(backlog->transport, backlog->link, bounced);
+  if (backlog->slices.empty()) return;
   auto hand_over = [](Backlog& b) -> Status {
     while (b.next < b.slices.size()) {
       const std::span<Slice* const> chunk(b.slices.data() + b.next,
@@ -601,6 +622,8 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
 
 void TransferEngine::Impl::CompleteSlice(Slice* slice, const Status& status) {
   if (CompleteFileIo(slice, status)) return;  // the owner's side of a file access over tcp
+  // A slice the staging copier carried from a chunk: it completes the original, after its copy.
+  if (stager_ != nullptr && stager_->OnTransportDone(slice, status)) return;
   Task* task = static_cast<Task*>(slice->task);
   if (slice->io_path != 0) task->file_io.fetch_or(slice->io_path, std::memory_order_relaxed);
   // Lock-free and allocation-free (engine_metrics.h); before slices_left lets the task go.

@@ -42,6 +42,7 @@
 #include "engine/peer_health.h"
 #include "engine/peer_workers.h"
 #include "engine/selection_policy.h"
+#include "engine/staging_copier.h"
 #include "ferry/transfer_engine.h"
 #include "metadata/metadata_store.h"
 #include "metadata/p2p/rpc_descriptor_source.h"
@@ -116,9 +117,13 @@ class TransferEngine::Impl final : public TransportContext {
                                std::string_view payload,
                                std::chrono::milliseconds timeout) override;
   uint64_t incarnation() const override { return incarnation_; }
-  // File buffers served through this engine (file_buffers.cc).
-  bool IsFileAddress(uint64_t addr) const override { return addr >= kFileAddressBase; }
-  Status StartFileIo(FileIo io, AccessPin pin) override;
+  // Staged memory served through this engine: file buffers (file_buffers.cc) and device memory
+  // (the staging copier).
+  bool IsStagedAddress(uint64_t addr) const override {
+    return IsFileAddress(addr) ||
+           (device_registered_.load(std::memory_order_acquire) && registry_->IsDeviceMemory(addr));
+  }
+  Status StartStagedIo(StagedIo io, AccessPin pin) override;
 
  private:
   using BatchPtr = std::shared_ptr<engine::Batch>;
@@ -129,6 +134,9 @@ class TransferEngine::Impl final : public TransportContext {
   static constexpr uint64_t kFileAddressBase = uint64_t{0xf} << 60;
 
   Status RegisterRpcHandlers();  // engine_rpc.cc
+  bool IsFileAddress(uint64_t addr) const { return addr >= kFileAddressBase; }
+  // file_buffers.cc: StartStagedIo of a file buffer, through the file transport.
+  Status StartFileIo(StagedIo io, AccessPin pin);
   // file_buffers.cc: whether `slice` is one of StartFileIo's (then it is finished here: its
   // `done` runs and it is freed); false for a task's slice.
   bool CompleteFileIo(Slice* slice, const Status& status);
@@ -235,6 +243,12 @@ class TransferEngine::Impl final : public TransportContext {
   // preferred_slice_size, clamped to the smallest max_slice_size of transports_, so that any
   // installed transport can carry a task's slices when a retry falls back to it.
   std::vector<uint64_t> slice_sizes_;
+  // Device memory through staging (staging_copier.h): made at Init when this build and machine
+  // have a device (DeviceStagingOps), null otherwise; stopped after the transports, whose
+  // bounced slices it completes. device_registered_: some device memory was registered (then
+  // IsStagedAddress asks the registry).
+  std::unique_ptr<engine::StagingCopier> stager_;
+  std::atomic<bool> device_registered_{false};
   std::unique_ptr<RpcServer> rpc_server_;      // destroyed first of the services
   // The Prometheus endpoint (EngineOptions::metrics_port); stopped first of all in ~Impl.
   std::unique_ptr<engine::MetricsExporter> exporter_;

@@ -630,7 +630,7 @@ TEST(FileThroughOwnerTest, ReadsAndWritesThroughTheOwnerInsideTheWindowOnly) {
     EXPECT_EQ(s.state, TransferState::kFailed);
   }
   EXPECT_EQ(ReadFile(moved, 0, file_size), expected);  // inside as written, outside untouched
-  EXPECT_GT(TcpCounter(owner, "file_accesses"), 0u);
+  EXPECT_GT(TcpCounter(owner, "staged_accesses"), 0u);
 
   // 20 reads of the whole window at once, cut into 1 MiB slices over the link's connections:
   // more than one connection's staging (16 MiB) at a time; the excess waits, nothing is lost.
@@ -657,7 +657,7 @@ TEST(FileThroughOwnerTest, ReadsAndWritesThroughTheOwnerInsideTheWindowOnly) {
     EXPECT_EQ(std::memcmp(copies.data + i * window, expected.data() + window_offset, window), 0)
         << "copy " << i;
   }
-  EXPECT_GT(TcpCounter(owner, "file_staging_waits"), 0u);
+  EXPECT_GT(TcpCounter(owner, "staging_waits"), 0u);
 
   // Registered again (a new registration: a new address and generation): a request planned
   // against the old one is Stale, never re-aimed at the new one.
@@ -767,13 +767,13 @@ TEST(FileThroughOwnerTest, UnregisterWaitsForAnOwnerWriteHeldInTheKernel) {
   std::unique_ptr<FileWriteHold> hold =
       FileWriteHold::Start(moved, kMiB + 64 * kKiB, 0xee, &why);  // outside the window
   if (hold == nullptr) GTEST_SKIP() << "cannot hold a file write here: " << why;
-  const uint64_t started = TcpCounter(owner, "file_accesses");
+  const uint64_t started = TcpCounter(owner, "staged_accesses");
   TransferStatus held;
   std::thread write([&] {
     held = RunOne(reader, {OpCode::kWrite, mem.data, *seg, *addr + 8192, mem.size});
   });
   // The owner started its file write (pinned, in the kernel behind the hold).
-  EXPECT_TRUE(WaitFor([&] { return TcpCounter(owner, "file_accesses") > started; }, 10s));
+  EXPECT_TRUE(WaitFor([&] { return TcpCounter(owner, "staged_accesses") > started; }, 10s));
   const Status first = owner.unregisterLocalFile(*addr);
   EXPECT_EQ(first.code(), StatusCode::kTimeout) << first;  // Ok: it did not wait for the write
   TransferStatus refused = RunOne(reader, {OpCode::kRead, mem.data, *seg, *addr, 4096});
@@ -798,12 +798,12 @@ TEST(FileThroughOwnerTest, UnregisterWaitsForAnOwnerWriteHeldInTheKernel) {
   ASSERT_TRUE(reader.syncSegmentCache(owner.localSegmentName()).ok());
   hold = FileWriteHold::Start(path, kMiB + 64 * kKiB, 0xdd, &why);
   ASSERT_NE(hold, nullptr) << why;
-  const uint64_t before = TcpCounter(owner, "file_accesses");
+  const uint64_t before = TcpCounter(owner, "staged_accesses");
   TransferStatus cut;
   std::thread cut_write([&] {
     cut = RunOne(reader, {OpCode::kWrite, mem.data, *seg, *last, mem.size});
   });
-  EXPECT_TRUE(WaitFor([&] { return TcpCounter(owner, "file_accesses") > before; }, 10s));
+  EXPECT_TRUE(WaitFor([&] { return TcpCounter(owner, "staged_accesses") > before; }, 10s));
   std::thread destroy([&] { owned.reset(); });
   cut_write.join();  // ends once the owner's tcp target is gone
   EXPECT_EQ(cut.state, TransferState::kFailed) << cut.reason;

@@ -14,8 +14,9 @@
 // (selection_policy.cc); it refuses a file address as a request's local side.
 //
 // Through the owner: the owner's tcp target, on an access to a file address, pins it as any
-// remote access (PinRemoteAccess, for "tcp": generation, window, closing) and calls StartFileIo,
-// which hands the file transport one slice between the file and the target's staging buffer,
+// remote access (PinRemoteAccess, for "tcp": generation, window, closing) and calls
+// StartStagedIo (StartFileIo here), which hands the file transport one slice between the file
+// and the target's staging buffer,
 // planned against this engine's own segment: the file transport pins it again (for "file") and
 // holds both pins until the I/O ended, so an unregister drains owner-side I/O exactly as it
 // drains memory accesses. Its completion comes back through CompleteSlice (CompleteFileIo),
@@ -153,7 +154,7 @@ Result<std::shared_ptr<PeerLink>> TransferEngine::Impl::OwnFileLink(Transport* c
   return own_file_link_;
 }
 
-Status TransferEngine::Impl::StartFileIo(FileIo io, AccessPin pin) {
+Status TransferEngine::Impl::StartFileIo(StagedIo io, AccessPin pin) {
   if (!IsFileAddress(io.addr) || io.staging == nullptr ||
       (io.op != OpCode::kRead && io.op != OpCode::kWrite)) {
     return InvalidArgumentError("StartFileIo: [" + std::to_string(io.addr) + ", +" +

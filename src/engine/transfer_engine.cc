@@ -132,6 +132,7 @@ TransferEngine::Impl::~Impl() {
   timer_.Stop();
   if (workers_ != nullptr) workers_->Stop();
   for (auto& t : transports_) t->Stop();  // fails what is in flight
+  stager_.reset();  // after the transports: it completes the slices it bounced through them
   links_.Clear();
   {
     MutexLock lock(file_link_mu_);
@@ -353,6 +354,18 @@ Status TransferEngine::Impl::StartTransports() {
                    CreateBuiltinTransports(options_));
   const bool automatic = options_.transports.empty() ||
                          (options_.transports.size() == 1 && options_.transports[0] == "auto");
+  // Device memory over a transport that stages it (tcp): only where this build and machine have
+  // a device (without one no device memory can be registered, so nothing needs it). Made before
+  // the transports start, so their threads only ever see it made.
+  const bool staging = std::any_of(created.begin(), created.end(), [](const auto& t) {
+    return t->capabilities().stages_device_memory;
+  });
+  if (staging) {
+    if (Result<engine::StagingOps> ops = DeviceStagingOps(); ops.ok()) {
+      stager_ = std::make_unique<engine::StagingCopier>(std::move(ops).value(),
+                                                        engine::StagingOptions{}, this);
+    }
+  }
   for (auto& t : created) {
     Result<std::string> bytes = t->Start(this, {.local_segment = name_,
                                                 .bind_host = options_.host,
@@ -469,6 +482,9 @@ Status TransferEngine::Impl::RegisterMemory(const std::vector<BufferEntry>& buff
     } else if (Status device = CheckMemoryLocation(b.addr, b.length, where); !device.ok()) {
       return fail(device);  // an explicit device location must be that device's memory
     }
+    // From now on a staging transport's target asks the registry (IsStagedAddress); set before
+    // the region exists, so no access to it can miss it.
+    if (where.is_device()) device_registered_.store(true, std::memory_order_release);
     // A local-only region gets no remote rights on any transport (an RDMA MR without remote
     // access), and the registry publishes no key for it.
     const MemoryAccess access = remote_accessible ? MemoryAccess::kRemote : MemoryAccess::kLocal;
@@ -689,6 +705,30 @@ Result<AccessPin> TransferEngine::Impl::PinRemoteAccess(uint64_t addr, uint64_t 
   }
   if (!pin.ok()) return pin.status();
   return AccessPin(&LocalRegistry::ReleaseDetachedPin, registry_.get(), pin->Detach());
+}
+
+Status TransferEngine::Impl::StartStagedIo(StagedIo io, AccessPin pin) {
+  if (IsFileAddress(io.addr)) return StartFileIo(std::move(io), std::move(pin));
+  if (io.staging == nullptr || (io.op != OpCode::kRead && io.op != OpCode::kWrite) ||
+      !registry_->IsDeviceMemory(io.addr)) {
+    return InvalidArgumentError("StartStagedIo: [" + std::to_string(io.addr) + ", +" +
+                                std::to_string(io.length) +
+                                ") is not a staged access (a file buffer or device memory) with a "
+                                "staging buffer");
+  }
+  if (stager_ == nullptr) {
+    return UnavailableError("device memory at " + std::to_string(io.addr) +
+                            ": this engine has no staging copier (no CUDA device)");
+  }
+  engine::StagingCopier::Copy copy;
+  void* device = reinterpret_cast<void*>(io.addr);
+  copy.dst = io.op == OpCode::kWrite ? device : io.staging;
+  copy.src = io.op == OpCode::kWrite ? static_cast<const void*>(io.staging) : device;
+  copy.length = io.length;
+  copy.deadline = io.deadline;
+  copy.pin = std::move(pin);
+  copy.done = std::move(io.done);
+  return stager_->StartCopy(std::move(copy));
 }
 
 Result<RegionLease> TransferEngine::Impl::LeaseRemoteRegion(uint64_t addr, uint64_t length,

@@ -525,6 +525,12 @@ Result<BufferDesc> LocalRegistry::Lookup(uint64_t addr) const {
   return Describe(*region);
 }
 
+bool LocalRegistry::IsDeviceMemory(uint64_t addr) const {
+  ReaderLock lock(mu_);
+  const Region* region = index_.Containing(addr);
+  return region != nullptr && region->location.is_device();
+}
+
 std::vector<BufferDesc> LocalRegistry::Snapshot() const {
   ReaderLock lock(mu_);
   std::vector<BufferDesc> out;

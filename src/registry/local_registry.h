@@ -162,6 +162,9 @@ class LocalRegistry {
 
   // The open region containing addr, as it should be published (keys: see Snapshot).
   Result<BufferDesc> Lookup(uint64_t addr) const;
+  // Whether `addr` lies in a registered region (open or closing) whose location is a device's.
+  // A shared lock and an index lookup; no allocation.
+  bool IsDeviceMemory(uint64_t addr) const;
   // Every open region, sorted by address, as it should be published: a remote-accessible
   // region with one key per transport binding, a local-only one with no keys at all.
   std::vector<BufferDesc> Snapshot() const;

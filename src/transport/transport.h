@@ -25,12 +25,20 @@
 //      moves, and the pin is held while bytes move (or the access is made under a RegionLease
 //      from ctx->LeaseRemoteRegion, which the transport gives up when it is revoked).
 //   6. File buffers (TransportCapabilities::file_buffers; registerLocalFile) have addresses that
-//      name file bytes and are never dereferenced (ctx->IsFileAddress). A peer that can open the
+//      name file bytes and are never dereferenced (ctx->IsStagedAddress). A peer that can open the
 //      file itself (Transport::Reaches) is carried by the file transport; one that cannot reaches
 //      it through its owner: the owner registers it with tcp too, and the tcp target, on an access
 //      to a file address, pins it as any access, then moves the bytes between the file and a
-//      bounded staging buffer of its own with ctx->StartFileIo (the owner's file transport, on
+//      bounded staging buffer of its own with ctx->StartStagedIo (the owner's file transport, on
 //      io_uring), never at the address.
+//   7. Device memory (a location such as cuda:<n>) is reached by a transport with
+//      reaches_device_memory directly (cuda-ipc). One with stages_device_memory (tcp) registers
+//      it too, and never touches it: its target stages each access to it exactly as a file
+//      buffer's (ctx->IsStagedAddress, ctx->StartStagedIo: the engine copies between the staging
+//      and the device), and the engine hands it no slice whose local side is device memory: such
+//      a slice is carried from a pinned host chunk the engine copies to or from the device
+//      (engine/staging_copier.h). Every other transport's RegisterMemory refuses device memory
+//      (NotFound), so the engine never plans it there.
 #pragma once
 
 #include <chrono>
@@ -59,6 +67,9 @@ enum class MemoryAccess : uint8_t { kLocal, kRemote };
 struct TransportCapabilities {
   bool reaches_other_hosts = true;  // false: same-host only (shm, cxl, cuda-ipc)
   bool reaches_device_memory = false;
+  // Device memory through staging (item 7 above): RegisterMemory accepts it, the target stages
+  // every access to it with ctx->StartStagedIo, and the engine bounces the local side (tcp).
+  bool stages_device_memory = false;
   bool allocates_shared_memory = false;  // AllocateShared/FreeShared work (shm)
   // Slice sizes (Slice::length). The engine cuts requests into slices of preferred_slice_size
   // when EngineOptions::slice_size is 0, and never hands over a slice longer than
@@ -206,23 +217,26 @@ class TransportContext {
 
   virtual uint64_t incarnation() const = 0;
 
-  // Target side, for file buffers served through this engine (item 6 above).
-  // Whether `addr` lies in this engine's file-buffer address range: its bytes are in a file, and
-  // the address must never be dereferenced. Cheap and lock-free (a range test, no lookup).
-  virtual bool IsFileAddress(uint64_t /*addr*/) const { return false; }
-  // Starts moving `io.length` bytes between the file buffer at [io.addr, io.addr + io.length) and
-  // the memory at io.staging (a buffer of the caller's, not registered): kRead fills staging from
-  // the file, kWrite writes staging to the file. `pin` is the caller's PinRemoteAccess of exactly
-  // that range, which is checked again for the file transport (generation, window, closing;
-  // Stale / InvalidArgument / NotFound as PinRemoteAccess) and held, with `pin`, until the I/O
-  // ended, so that an unregister waits for it. On Ok, `io.done` runs exactly once, on any thread
-  // (the file transport's, or inside this call when the file transport refused the access at
-  // once), after the I/O ended: with Ok once every byte moved, or the reason (Stale, truncated /
-  // vanished file, ENOSPC, EIO, Timeout at io.deadline, Canceled at Stop); staging must stay
-  // valid until then, and `done` must not call back into the caller's locks. On an error return
-  // (a bad request, no file transport, a full queue: Again), `io.done` never runs. Never blocks
-  // on disk I/O.
-  struct FileIo {
+  // Target side, for memory this engine serves through staging: file buffers (item 6 above) and
+  // device memory (item 7). Whether `addr` lies in such memory: its bytes are in a file or on a
+  // device, and the address must never be dereferenced by the CPU. Cheap (a range test; a
+  // registry lookup only once device memory was registered); asked after the access was pinned,
+  // so the answer holds while the pin does.
+  virtual bool IsStagedAddress(uint64_t /*addr*/) const { return false; }
+  // Starts moving `io.length` bytes between the staged memory at [io.addr, io.addr + io.length)
+  // and the memory at io.staging (a host buffer of the caller's, not registered): kRead fills
+  // staging from the file or device, kWrite writes staging to it. `pin` is the caller's
+  // PinRemoteAccess of exactly that range; for a file it is checked again for the file transport
+  // (generation, window, closing; Stale / InvalidArgument / NotFound as PinRemoteAccess). It is
+  // held until the I/O ended, so that an unregister waits for it. On Ok, `io.done` runs exactly
+  // once, on any thread (the file transport's or the engine's staging copier's, or inside this
+  // call when the file transport refused the access at once), after the I/O ended: with Ok once
+  // every byte moved, or the reason (Stale, truncated / vanished file, ENOSPC, EIO, a CUDA
+  // error, Timeout at io.deadline, Canceled at Stop); staging must stay valid until then, and
+  // `done` must not call back into the caller's locks. On an error return (a bad request, no
+  // file transport or device copier, a full queue: Again), `io.done` never runs. Never blocks on
+  // disk I/O or a device copy.
+  struct StagedIo {
     OpCode op = OpCode::kRead;
     uint64_t addr = 0;
     uint64_t length = 0;
@@ -232,8 +246,8 @@ class TransportContext {
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     std::function<void(const Status&)> done;
   };
-  virtual Status StartFileIo(FileIo /*io*/, AccessPin /*pin*/) {
-    return UnavailableError("this engine serves no file buffers");
+  virtual Status StartStagedIo(StagedIo /*io*/, AccessPin /*pin*/) {
+    return UnavailableError("this engine serves no file buffers or device memory");
   }
 };
 

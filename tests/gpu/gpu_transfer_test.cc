@@ -4,8 +4,10 @@
 //  - two processes on one GPU over cuda-ipc: writes and reads at odd sizes and offsets, every
 //    byte of the peer's region and of the guard bytes around it checked on the device; requests
 //    leaving the region are refused and change nothing; the target's "*" is reported cuda:0;
-//  - unregister during traffic: no byte lands after the target's unregister returned, and a
-//    re-registration (new generation) is reachable again;
+//  - the same over tcp alone, device memory staged through host memory on both sides (the
+//    initiator's pinned chunks, the target's staging), and from host memory to the device;
+//  - unregister during traffic, over cuda-ipc and over tcp: no byte lands after the target's
+//    unregister returned, and a re-registration (new generation) is reachable again;
 //  - two engines in one process: each reaches the other's device memory (used at its own
 //    address: CUDA cannot open a handle where it was exported), and both reach a peer process's
 //    allocation (opened once per process);
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -104,12 +107,16 @@ class GpuTransferTest : public ::testing::Test {
     return engine_.init(options);
   }
 
-  // Starts the peer with a `region` byte device buffer registered with `location`.
-  void StartPeer(size_t region, const std::string& location) {
+  // Starts the peer with a `region` byte device buffer registered with `location`, its engine
+  // running `transport` alone.
+  void StartPeer(size_t region, const std::string& location,
+                 const std::string& transport = "cuda-ipc") {
+    ::setenv("FERRY_PEER_TRANSPORTS", transport.c_str(), 1);  // inherited by the child
     auto child =
         ChildProcess::SpawnPiped({gpu_testing::SelfDir() + "/ferry-gpu-test-peer",
                                   std::to_string(region), std::to_string(kGuard), location},
                                  dir_->path() + "/peer.log");
+    ::unsetenv("FERRY_PEER_TRANSPORTS");
     ASSERT_TRUE(child.ok()) << child.status();
     peer_.process = std::move(child).value();
     Result<std::string> ready = peer_.process->ReadLine(30s);
@@ -146,15 +153,20 @@ class GpuTransferTest : public ::testing::Test {
     return out;
   }
 
+  void RoundTripsWithGuards(const std::string& transport);
+  void UnregisterDuringTraffic(const std::string& transport);
+
   std::unique_ptr<TempDir> dir_;
   TransferEngine engine_;
   GpuPeer peer_;
 };
 
-TEST_F(GpuTransferTest, TwoProcessesOverCudaIpcWithGuardsCheckedOnTheDevice) {
+// Two processes, both sides device memory, over `transport` alone: cuda-ipc, or tcp (staged
+// through host memory on both sides: the initiator's pinned chunks, the target's staging).
+void GpuTransferTest::RoundTripsWithGuards(const std::string& transport) {
   constexpr size_t kRegion = 8 * kMiB;
-  ASSERT_TRUE(StartEngine({"cuda-ipc"}).ok());
-  ASSERT_NO_FATAL_FAILURE(StartPeer(kRegion, "*"));
+  ASSERT_TRUE(StartEngine({transport}).ok());
+  ASSERT_NO_FATAL_FAILURE(StartPeer(kRegion, "*", transport));
   Result<SegmentId> target = engine_.openSegment(peer_.name);
   ASSERT_TRUE(target.ok()) << target.status();
   // The peer registered with "*": the engine detected its device memory.
@@ -162,7 +174,7 @@ TEST_F(GpuTransferTest, TwoProcessesOverCudaIpcWithGuardsCheckedOnTheDevice) {
   ASSERT_TRUE(buffers.ok()) << buffers.status();
   ASSERT_EQ(1u, buffers->size());
   EXPECT_EQ("cuda:0", buffers->front().location);
-  EXPECT_EQ(std::vector<std::string>{"cuda-ipc"}, buffers->front().transports);
+  EXPECT_EQ(std::vector<std::string>{transport}, buffers->front().transports);
 
   // Local device memory, registered with its explicit location (checked against the pointer).
   DeviceBuffer local(2 * kRegion);
@@ -189,7 +201,7 @@ TEST_F(GpuTransferTest, TwoProcessesOverCudaIpcWithGuardsCheckedOnTheDevice) {
         Run({{OpCode::kWrite, local.ptr, *target, peer_.addr + c.offset, c.size}});
     ASSERT_EQ(1u, wrote.size());
     ASSERT_EQ(TransferState::kCompleted, wrote[0].state) << wrote[0].reason;
-    EXPECT_EQ("cuda-ipc", wrote[0].transport);
+    EXPECT_EQ(transport, wrote[0].transport);
     std::copy(bytes.begin(), bytes.end(), mirror.begin() + static_cast<ptrdiff_t>(c.offset));
     EXPECT_EQ(SumLine(mirror), peer_.Sum(kGuard, kRegion)) << "the peer's region differs";
     EXPECT_EQ(guard_sum, peer_.Sum(0, kGuard)) << "a byte landed before the region";
@@ -219,14 +231,42 @@ TEST_F(GpuTransferTest, TwoProcessesOverCudaIpcWithGuardsCheckedOnTheDevice) {
   EXPECT_EQ(SumLine(mirror), peer_.Sum(kGuard, kRegion));
   EXPECT_EQ(guard_sum, peer_.Sum(0, kGuard));
   EXPECT_EQ(guard_sum, peer_.Sum(kGuard + kRegion, kGuard));
+  if (transport != "tcp") return;
+
+  // Host memory on this side, device memory on the peer's (tcp only: cuda-ipc moves device
+  // memory): the target stages, this side sends from and receives into its own buffer.
+  std::vector<unsigned char> host_side(2 * kMiB + 9);
+  ASSERT_TRUE(engine_.registerLocalMemory(host_side.data(), host_side.size(), "cpu").ok());
+  const std::vector<unsigned char> bytes = Pattern(host_side.size(), 61);
+  std::copy(bytes.begin(), bytes.end(), host_side.begin());
+  std::vector<TransferStatus> wrote =
+      Run({{OpCode::kWrite, host_side.data(), *target, peer_.addr + 3, host_side.size()}});
+  ASSERT_EQ(TransferState::kCompleted, wrote.at(0).state) << wrote.at(0).reason;
+  std::copy(bytes.begin(), bytes.end(), mirror.begin() + 3);
+  EXPECT_EQ(SumLine(mirror), peer_.Sum(kGuard, kRegion));
+  std::fill(host_side.begin(), host_side.end(), 0);
+  std::vector<TransferStatus> read =
+      Run({{OpCode::kRead, host_side.data(), *target, peer_.addr + 3, host_side.size()}});
+  ASSERT_EQ(TransferState::kCompleted, read.at(0).state) << read.at(0).reason;
+  EXPECT_EQ(bytes, host_side);
+  EXPECT_EQ(guard_sum, peer_.Sum(0, kGuard));
+  EXPECT_EQ(guard_sum, peer_.Sum(kGuard + kRegion, kGuard));
 }
 
-TEST_F(GpuTransferTest, NoByteLandsAfterUnregisterDuringTraffic) {
+TEST_F(GpuTransferTest, TwoProcessesOverCudaIpcWithGuardsCheckedOnTheDevice) {
+  RoundTripsWithGuards("cuda-ipc");
+}
+
+TEST_F(GpuTransferTest, TcpStagesDeviceMemoryOnBothSidesWithGuardsCheckedOnTheDevice) {
+  RoundTripsWithGuards("tcp");
+}
+
+void GpuTransferTest::UnregisterDuringTraffic(const std::string& transport) {
   constexpr size_t kRegion = 16 * kMiB;
   constexpr size_t kChunk = kMiB;
   constexpr unsigned char kMark = 0x5C;
-  ASSERT_TRUE(StartEngine({"cuda-ipc"}).ok());
-  ASSERT_NO_FATAL_FAILURE(StartPeer(kRegion, "cuda:0"));
+  ASSERT_TRUE(StartEngine({transport}).ok());
+  ASSERT_NO_FATAL_FAILURE(StartPeer(kRegion, "cuda:0", transport));
   Result<SegmentId> target = engine_.openSegment(peer_.name);
   ASSERT_TRUE(target.ok()) << target.status();
   DeviceBuffer local(kRegion);
@@ -274,6 +314,14 @@ TEST_F(GpuTransferTest, NoByteLandsAfterUnregisterDuringTraffic) {
   ASSERT_EQ(1u, again.size());
   EXPECT_EQ(TransferState::kCompleted, again[0].state) << again[0].reason;
   EXPECT_EQ(SumLine(Pattern(kRegion, 7)), peer_.Sum(kGuard, kRegion));
+}
+
+TEST_F(GpuTransferTest, NoByteLandsAfterUnregisterDuringTraffic) {
+  UnregisterDuringTraffic("cuda-ipc");
+}
+
+TEST_F(GpuTransferTest, NoByteLandsAfterUnregisterDuringTcpTrafficToDeviceMemory) {
+  UnregisterDuringTraffic("tcp");
 }
 
 // Two engines in one process (common in tests and in one-process prefill/decode): CUDA cannot

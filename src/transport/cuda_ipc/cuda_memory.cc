@@ -173,6 +173,25 @@ Status CheckDeviceMemory(const void* addr, uint64_t length, int device) {
   return FindAllocation(addr, length).status();
 }
 
+Result<void*> AllocatePinnedHost(size_t length) {
+  RETURN_IF_ERROR(Available());
+  void* addr = nullptr;
+  if (const cudaError_t e = cudaHostAlloc(&addr, length, cudaHostAllocPortable); e != cudaSuccess) {
+    cudaGetLastError();
+    return UnavailableError("cudaHostAlloc of " + std::to_string(length) +
+                                  " bytes failed (" + ErrorText(e) + ")");
+  }
+  return addr;
+}
+
+void FreePinnedHost(void* addr) {
+  if (addr == nullptr) return;
+  if (const cudaError_t e = cudaFreeHost(addr); e != cudaSuccess) {
+    cudaGetLastError();
+    FERRY_LOG(kWarn) << "cudaFreeHost: " << ErrorText(e);
+  }
+}
+
 Status Copy(void* dst, const void* src, size_t length) {
   RETURN_IF_ERROR(Available());
   if (length == 0) return Status::Ok();

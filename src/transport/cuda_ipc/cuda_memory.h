@@ -63,6 +63,12 @@ Status CheckDeviceMemory(const void* addr, uint64_t length, int device);
 // naming the CUDA error when the copy fails, Unavailable when CUDA is.
 Status Copy(void* dst, const void* src, size_t length);
 
+// Pinned (page-locked, portable: every device's copies run at full speed from it) host memory of
+// `length` bytes, page-aligned (cudaHostAlloc), for the engine's staging chunks: Unavailable
+// when CUDA is, or naming the CUDA error when the allocation fails. Freed with FreePinnedHost.
+Result<void*> AllocatePinnedHost(size_t length);
+void FreePinnedHost(void* addr);
+
 // "cudaErrorX: description" for a cudaError_t value (an int here, to keep the header plain).
 std::string ErrorText(int error);
 

@@ -9,7 +9,7 @@
 // numbers differ; the size alone for a block device there). The first slice to such a buffer
 // opens it, once per link; a buffer not visible here fails its slices with NotFound naming the
 // host and the path map. The engine sends a request to such a buffer through its owner instead
-// (over tcp; TransportContext::StartFileIo), asking Reaches first, which answers from the same
+// (over tcp; TransportContext::StartStagedIo), asking Reaches first, which answers from the same
 // identity check (a stat, remembered per buffer and generation). The owner serves it with this
 // transport as a slice to its own buffer, between the file and the tcp target's staging (the own
 // buffer case below: pinned, checked, drained like any of its slices).

@@ -42,7 +42,7 @@ std::shared_ptr<uint8_t[]> MakeStaging(uint64_t length) {
 
 Status NoStaging(uint64_t length) {
   return AgainError("tcp target: cannot allocate " + std::to_string(length) +
-                    " bytes of staging for a file buffer access");
+                    " bytes of staging for a file buffer or device memory access");
 }
 
 }  // namespace
@@ -263,7 +263,7 @@ bool TargetConnection::FinishWrite() {
   phase_ = Phase::kHeader;
   const bool checksum_ok = !request_.payload_checksum || payload_crc_ == request_.payload_crc;
   if (write_staging_ != nullptr && checksum_ok) {
-    StartFileWrite();
+    StartStagedWrite();
     return true;
   }
   pin_.Release();
@@ -359,38 +359,35 @@ void TargetConnection::StartRequest() {
     }
     return;
   }
-  const bool file = runtime_->ctx->IsFileAddress(request.remote_addr);
-  if (file) {
-    const uint64_t budget = runtime_->options.file_staging_bytes;
-    if (request.length > budget) {
-      runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
-      const Status refused = InvalidArgumentError(
-          "tcp target: an access to a file buffer through its owner moves at most " +
-          std::to_string(budget) + " bytes per request, not " + std::to_string(request.length) +
-          " (TcpTransportOptions::file_staging_bytes)");
-      if (request.op == WireOp::kWrite) {
-        rejection_ = refused;
-        phase_ = Phase::kDiscard;
-      } else {
-        QueueResponse(refused, nullptr, 0, AccessPin());
-      }
-      return;
-    }
-    if (staged_ + request.length > budget) {
-      parked_ = true;  // nothing pinned; served once answers free the staging (MaybeUnpark)
-      runtime_->counters.file_staging_waits.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-  }
   Result<AccessPin> pin = runtime_->ctx->PinRemoteAccess(
       request.remote_addr, request.length, request.incarnation, request.generation, "tcp");
   if (!pin.ok()) runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
+  // Asked once pinned, so the answer holds while the pin does: a file buffer or device memory,
+  // whose bytes go through this connection's staging, never at the address.
+  const bool staged = pin.ok() && runtime_->ctx->IsStagedAddress(request.remote_addr);
+  if (staged) {
+    const uint64_t budget = runtime_->options.staging_bytes;
+    if (request.length > budget) {
+      pin->Release();
+      runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
+      pin = InvalidArgumentError(
+          "tcp target: an access to a file buffer or device memory through staging moves at "
+          "most " +
+          std::to_string(budget) + " bytes per request, not " + std::to_string(request.length) +
+          " (TcpTransportOptions::staging_bytes)");
+    } else if (staged_ + request.length > budget) {
+      pin->Release();
+      parked_ = true;  // nothing pinned; served once answers free the staging (MaybeUnpark)
+      runtime_->counters.staging_waits.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
   if (request.op == WireOp::kWrite) {
     if (pin.ok()) {
       pin_ = std::move(pin).value();
       phase_ = Phase::kPayload;
-      if (file) {
-        // Its payload lands in the staging, never at the file address.
+      if (staged) {
+        // Its payload lands in the staging, never at the staged address.
         write_staging_ = MakeStaging(request.length);
         if (write_staging_ == nullptr) {
           pin_.Release();
@@ -408,8 +405,8 @@ void TargetConnection::StartRequest() {
   }
   if (!pin.ok()) {
     QueueResponse(pin.status(), nullptr, 0, AccessPin());
-  } else if (file) {
-    StartFileRead(std::move(pin).value());
+  } else if (staged) {
+    StartStagedRead(std::move(pin).value());
   } else {
     QueueResponse(Status::Ok(), TargetPtr(request.remote_addr, 0), request.length,
                   std::move(pin).value());
@@ -421,7 +418,7 @@ uint8_t* TargetConnection::PayloadPtr(uint64_t offset) const {
                                    : TargetPtr(request_.remote_addr, offset);
 }
 
-void TargetConnection::StartFileRead(AccessPin pin) {
+void TargetConnection::StartStagedRead(AccessPin pin) {
   std::shared_ptr<uint8_t[]> staging = MakeStaging(request_.length);
   if (staging == nullptr) {
     QueueResponse(NoStaging(request_.length), nullptr, 0, AccessPin());
@@ -431,25 +428,25 @@ void TargetConnection::StartFileRead(AccessPin pin) {
   r.staging = std::move(staging);
   r.staged = request_.length;
   staged_ += r.staged;
-  r.file_read = true;
+  r.staged_read = true;
   if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
-  StartFileIo(r, OpCode::kRead, std::move(pin));
+  StartStagedIo(r, OpCode::kRead, std::move(pin));
 }
 
-void TargetConnection::StartFileWrite() {
+void TargetConnection::StartStagedWrite() {
   Response& r = responses_.emplace_back();
   r.staging = std::move(write_staging_);  // staged_ already counts it
   r.staged = request_.length;
   if (responses_.size() == 1) last_progress_ = std::chrono::steady_clock::now();
-  StartFileIo(r, OpCode::kWrite, std::move(pin_));
+  StartStagedIo(r, OpCode::kWrite, std::move(pin_));
 }
 
-void TargetConnection::StartFileIo(Response& r, OpCode op, AccessPin pin) {
+void TargetConnection::StartStagedIo(Response& r, OpCode op, AccessPin pin) {
   r.pending = true;
   r.request_id = request_.request_id;
   r.checksum = request_.payload_checksum;
-  r.file_io = ++next_file_io_;
-  TransportContext::FileIo io;
+  r.staged_io = ++next_staged_io_;
+  TransportContext::StagedIo io;
   io.op = op;
   io.addr = request_.remote_addr;
   io.length = request_.length;
@@ -462,11 +459,11 @@ void TargetConnection::StartFileIo(Response& r, OpCode op, AccessPin pin) {
   }
   // The staging lives until the I/O ended, whatever becomes of this connection; the answer goes
   // back to the loop thread (dropped when the loop is stopping).
-  io.done = [self = shared_from_this(), id = r.file_io, staging = r.staging](const Status& s) {
-    self->loop_->Post([self, id, s] { self->OnFileIoDone(id, s); });
+  io.done = [self = shared_from_this(), id = r.staged_io, staging = r.staging](const Status& s) {
+    self->loop_->Post([self, id, s] { self->OnStagedIoDone(id, s); });
   };
-  Status started = runtime_->ctx->StartFileIo(std::move(io), std::move(pin));
-  if (started.ok()) runtime_->counters.file_accesses.fetch_add(1, std::memory_order_relaxed);
+  Status started = runtime_->ctx->StartStagedIo(std::move(io), std::move(pin));
+  if (started.ok()) runtime_->counters.staged_accesses.fetch_add(1, std::memory_order_relaxed);
   if (!started.ok()) {
     runtime_->counters.rejected_accesses.fetch_add(1, std::memory_order_relaxed);
     r.pending = false;
@@ -477,12 +474,12 @@ void TargetConnection::StartFileIo(Response& r, OpCode op, AccessPin pin) {
   }
 }
 
-void TargetConnection::OnFileIoDone(uint64_t id, const Status& status) {
+void TargetConnection::OnStagedIoDone(uint64_t id, const Status& status) {
   if (closed_) return;
   for (Response& r : responses_) {
-    if (!r.pending || r.file_io != id) continue;
+    if (!r.pending || r.staged_io != id) continue;
     r.pending = false;
-    if (status.ok() && r.file_read) {
+    if (status.ok() && r.staged_read) {
       FillResponse(r, r.request_id, r.checksum, status, r.staging.get(), r.staged);
     } else {
       staged_ -= r.staged;  // a WRITE's staging, or a failed READ's: no longer needed
@@ -498,7 +495,7 @@ void TargetConnection::OnFileIoDone(uint64_t id, const Status& status) {
 
 void TargetConnection::MaybeUnpark() {
   if (!parked_ || closed_ || closing_) return;
-  if (staged_ + request_.length > runtime_->options.file_staging_bytes) return;
+  if (staged_ + request_.length > runtime_->options.staging_bytes) return;
   parked_ = false;
   StartRequest();
   // Requests read ahead (or the parked WRITE's payload) go on in a later turn of the loop.
@@ -617,7 +614,7 @@ void TargetConnection::UpdateInterest() {
   const bool throttled = Throttled();
   // An answer waiting for its file I/O sends nothing yet (nor do those behind it): watching for
   // EPOLLOUT then would wake this level-triggered loop at once, again and again, until the I/O
-  // ended; its completion (OnFileIoDone) sends instead.
+  // ended; its completion (OnStagedIoDone) sends instead.
   const bool to_send = auth_.has_value() ? !auth_->output().empty()
                                          : !responses_.empty() && !responses_.front().pending;
   const uint32_t want =

@@ -23,13 +23,14 @@
 // ahead waiting in the buffer) until the initiator takes them. Its copies between sockets and
 // pinned memory stand for a NIC's DMA (common/dma_scope.h).
 //
-// File buffers (TransportContext::IsFileAddress): their addresses are never dereferenced. An
-// access to one is pinned like any other, then its bytes go through a staging buffer of this
+// Staged memory (TransportContext::IsStagedAddress: file buffers and device memory): its
+// addresses are never dereferenced. An access to it is pinned like any other, then its bytes go
+// through a staging buffer of this
 // connection: a READ's answer waits in order (answers behind it wait too) until
-// TransportContext::StartFileIo filled the staging from the file, and is then sent from it; a
-// WRITE's payload lands in the staging, is checked (checksum), and only then written to the file
-// with StartFileIo, the answer waiting for that write. The pin goes with the I/O and is held until
-// it ended. The staging a connection holds is bounded (TcpTransportOptions::file_staging_bytes):
+// TransportContext::StartStagedIo filled the staging (from the file, or the device), and is then
+// sent from it; a WRITE's payload lands in the staging, is checked (checksum), and only then
+// written to the file or device with StartStagedIo, the answer waiting for that write. The pin goes with the I/O and is held until
+// it ended. The staging a connection holds is bounded (TcpTransportOptions::staging_bytes):
 // a request that would exceed it is parked, unpinned, and the connection reads nothing more
 // until answers leaving free enough; one longer than the whole budget is refused
 // (InvalidArgument); a staging that cannot be allocated refuses the request (Again). While the
@@ -89,13 +90,14 @@ class TargetConnection final : public IoHandler,
     AccessPin pin;  // held until the payload is sent
     uint64_t total = 0;
     uint64_t sent = 0;
-    // A file access through this engine: the staging it holds (shared with the I/O until that
-    // ended), counted in staged_ until this answer goes; `file_io` names it for the completion,
+    // A staged access (a file buffer or device memory): the staging it holds (shared with the
+    // I/O until that ended), counted in staged_ until this answer goes; `staged_io` names it for
+    // the completion,
     // and `pending` holds this answer (and those behind it) until the I/O ended.
     std::shared_ptr<uint8_t[]> staging;
     uint64_t staged = 0;
-    uint64_t file_io = 0;
-    bool file_read = false;  // a READ: its payload is the staging
+    uint64_t staged_io = 0;
+    bool staged_read = false;  // a READ: its payload is the staging
     bool pending = false;
     uint64_t request_id = 0;
     bool checksum = false;
@@ -117,17 +119,17 @@ class TargetConnection final : public IoHandler,
   bool Throttled() const;
   // A whole request header arrived: check it and start serving it. False: closed.
   bool OnRequestHeader();
-  // Serves request_ (decoded): refuses it when expired, parks it when it is a file access the
-  // staging cannot take yet, else pins it and starts it.
+  // Serves request_ (decoded): refuses it when expired, else pins it; parks it (unpinned) when
+  // it is a staged access the staging cannot take yet, else starts it.
   void StartRequest();
-  // A READ of a file buffer, pinned: queues its pending answer and starts the file read.
-  void StartFileRead(AccessPin pin);
-  // The WRITE whose payload landed in write_staging_ is checked: write it to the file.
-  void StartFileWrite();
-  // Starts the I/O of `r` (pending, queued last) with StartFileIo; on a refusal answers with it.
-  void StartFileIo(Response& r, OpCode op, AccessPin pin);
-  // The file I/O `id` ended (loop thread, posted by its completion).
-  void OnFileIoDone(uint64_t id, const Status& status);
+  // A staged READ, pinned: queues its pending answer and starts the read into staging.
+  void StartStagedRead(AccessPin pin);
+  // The WRITE whose payload landed in write_staging_ is checked: write it to the file/device.
+  void StartStagedWrite();
+  // Starts the I/O of `r` (pending, queued last) with StartStagedIo; on a refusal answers with it.
+  void StartStagedIo(Response& r, OpCode op, AccessPin pin);
+  // The staged I/O `id` ended (loop thread, posted by its completion).
+  void OnStagedIoDone(uint64_t id, const Status& status);
   // The parked request fits the staging now: serve it, and read on.
   void MaybeUnpark();
   // Where the payload byte `offset` of the WRITE being received lands.
@@ -178,12 +180,12 @@ class TargetConnection final : public IoHandler,
   size_t in_begin_ = 0;
   size_t in_end_ = 0;
   std::deque<Response> responses_;
-  // File buffers: staging held (answers' and write_staging_), the WRITE payload being received
-  // into staging, the request parked for want of staging, and the next file I/O's name.
+  // Staged accesses: staging held (answers' and write_staging_), the WRITE payload being
+  // received into staging, the request parked for want of staging, and the next I/O's name.
   uint64_t staged_ = 0;
   std::shared_ptr<uint8_t[]> write_staging_;
   bool parked_ = false;
-  uint64_t next_file_io_ = 0;
+  uint64_t next_staged_io_ = 0;
 };
 
 }  // namespace ferry::tcp

@@ -31,8 +31,8 @@ struct TcpCounters {
   std::atomic<uint64_t> deadline_resets{0};
   std::atomic<uint64_t> idle_closes{0};
   std::atomic<uint64_t> expired_accesses{0};
-  std::atomic<uint64_t> file_accesses{0};
-  std::atomic<uint64_t> file_staging_waits{0};
+  std::atomic<uint64_t> staged_accesses{0};
+  std::atomic<uint64_t> staging_waits{0};
 };
 
 struct TcpRuntime {

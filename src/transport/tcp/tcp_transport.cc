@@ -38,9 +38,9 @@ Result<TcpTransportOptions> Resolve(TcpTransportOptions o) {
                                 std::to_string(o.stripe_size));
   }
   if (o.io_timeout.count() <= 0) return InvalidArgumentError("tcp io_timeout must be > 0");
-  if (o.file_staging_bytes < 4096) {
-    return InvalidArgumentError("tcp file_staging_bytes must be >= 4096, got " +
-                                std::to_string(o.file_staging_bytes));
+  if (o.staging_bytes < 4096) {
+    return InvalidArgumentError("tcp staging_bytes must be >= 4096, got " +
+                                std::to_string(o.staging_bytes));
   }
   if (o.idle_timeout.count() < 0) return InvalidArgumentError("tcp idle_timeout must be >= 0");
   if (o.io_threads == 0) {
@@ -73,8 +73,9 @@ TransportCapabilities TcpTransport::capabilities() const {
   TransportCapabilities caps;
   caps.reaches_other_hosts = true;
   caps.reaches_device_memory = false;
-  // One request frame's payload, and what a target may stage for a file buffer.
-  caps.max_slice_size = std::min(tcp::kMaxPayloadBytes, options_.file_staging_bytes);
+  caps.stages_device_memory = true;  // through the target's staging and the engine's bounce
+  // One request frame's payload, and what a target may stage for a file buffer or device.
+  caps.max_slice_size = std::min(tcp::kMaxPayloadBytes, options_.staging_bytes);
   return caps;
 }
 
@@ -124,11 +125,9 @@ void TcpTransport::Stop() {
 Result<std::string> TcpTransport::RegisterMemory(uint64_t /*addr*/, uint64_t /*length*/,
                                                  const Location& location,
                                                  MemoryAccess /*access*/) {
-  if (location.is_device()) {
-    // NotFound: not reachable by tcp (the engine registers it with the transports that reach
-    // it, e.g. cuda-ipc), not a bad request.
-    return NotFoundError("tcp reaches host memory only, not " + location.ToString());
-  }
+  // Device memory too (stages_device_memory): the target never touches it but stages each
+  // access (IsStagedAddress), and the engine bounces the local side through host chunks.
+  (void)location;
   return std::string();
 }
 
@@ -187,8 +186,8 @@ TcpTransportStats TcpTransport::stats() const {
   out.idle_closes = c.idle_closes.load(std::memory_order_relaxed);
   out.expired_accesses = c.expired_accesses.load(std::memory_order_relaxed);
   out.auth_refusals = runtime_->refusals.count();
-  out.file_accesses = c.file_accesses.load(std::memory_order_relaxed);
-  out.file_staging_waits = c.file_staging_waits.load(std::memory_order_relaxed);
+  out.staged_accesses = c.staged_accesses.load(std::memory_order_relaxed);
+  out.staging_waits = c.staging_waits.load(std::memory_order_relaxed);
   return out;
 }
 
@@ -205,8 +204,8 @@ std::vector<std::pair<std::string, uint64_t>> TcpTransport::Counters() const {
           {"idle_closes", s.idle_closes},
           {"expired_accesses", s.expired_accesses},
           {"auth_refusals", s.auth_refusals},
-          {"file_accesses", s.file_accesses},
-          {"file_staging_waits", s.file_staging_waits}};
+          {"staged_accesses", s.staged_accesses},
+          {"staging_waits", s.staging_waits}};
 }
 
 std::unique_ptr<Transport> CreateTcpTransport(const TcpTransportOptions& options) {

@@ -1,8 +1,9 @@
 // TcpTransport: moves slices between engines over plain TCP (DESIGN.md, transport/tcp/).
 //
-// It reaches other hosts and host memory only, and file buffers through their owner: a target
-// never touches a file buffer's address (TransportContext::IsFileAddress) but stages the bytes
-// with TransportContext::StartFileIo (target_connection.h). Start() listens for data connections
+// It reaches other hosts and host memory, and through staging file buffers (through their
+// owner) and device memory (stages_device_memory): a target never touches such an address
+// (TransportContext::IsStagedAddress) but stages the bytes with TransportContext::StartStagedIo
+// (target_connection.h), and the engine hands it no slice whose local side is device memory. Start() listens for data connections
 // and returns "host:port", published as SegmentDesc::transports["tcp"]. Connect() gives a PeerLink
 // with a pool of persistent connections to the peer's listener, opened lazily and re-opened after a
 // break. Submit() spreads slices over the pool (consecutive ones together up to stripe_size
@@ -91,14 +92,15 @@ struct TcpTransportOptions {
   // over up to connections_per_peer connections. A slice itself is never cut: each goes whole
   // to one connection.
   uint64_t stripe_size = uint64_t{1} << 20;
-  // Target side, file buffers served through this engine (a peer that cannot open the file;
-  // TransportContext::StartFileIo): the bytes of staging one data connection holds at once, its
-  // READs' payloads read from the file and its WRITEs' payloads on their way to it. A request
+  // Target side, staged accesses (file buffers served through this engine to a peer that cannot
+  // open the file, and device memory; TransportContext::StartStagedIo): the bytes of staging one
+  // data connection holds at once, its READs' payloads read from the file or device and its
+  // WRITEs' payloads on their way to it. A request
   // that would take more than what is left waits, and the connection reads nothing more
   // meanwhile (as when answers wait at the cap); one longer than this is refused
   // (InvalidArgument). Also the transport's max_slice_size, so that the engine never plans a
   // slice a target cannot stage. >= 4096.
-  uint64_t file_staging_bytes = uint64_t{16} << 20;
+  uint64_t staging_bytes = uint64_t{16} << 20;
 };
 
 // How often each I/O loop checks timeouts and deadlines: a slice completes at most this long
@@ -118,8 +120,8 @@ struct TcpTransportStats {
   uint64_t idle_closes = 0;           // initiator connections closed after idle_timeout
   uint64_t expired_accesses = 0;      // target requests refused or cut short by their deadline
   uint64_t auth_refusals = 0;         // target connections that failed authentication
-  uint64_t file_accesses = 0;         // target file-buffer accesses started through StartFileIo
-  uint64_t file_staging_waits = 0;    // target file-buffer requests parked for staging
+  uint64_t staged_accesses = 0;       // target file/device accesses started through StartStagedIo
+  uint64_t staging_waits = 0;         // target staged requests parked for want of staging
 };
 
 // Thread contract: thread-safe after Start (see Transport). Submit never blocks on a peer. Stop

@@ -22,13 +22,14 @@ TEST_F(TcpTransportTest, DescribesItselfAndKeepsLifecycleRules) {
   EXPECT_EQ(tcp.name(), "tcp");
   EXPECT_TRUE(tcp.capabilities().reaches_other_hosts);
   EXPECT_FALSE(tcp.capabilities().reaches_device_memory);
+  EXPECT_TRUE(tcp.capabilities().stages_device_memory);
   Result<std::string> key =
       tcp.RegisterMemory(Addr(remote_.data()), 64, Location::Cpu(), MemoryAccess::kRemote);
   ASSERT_TRUE(key.ok());
   EXPECT_TRUE(key->empty());
-  // Device memory is not tcp's to reach: NotFound, so the engine registers it with the others.
-  EXPECT_EQ(tcp.RegisterMemory(1, 64, Location::Cuda(0), MemoryAccess::kRemote).status().code(),
-            StatusCode::kNotFound);
+  // Device memory is registered (stages_device_memory): its target stages every access to it
+  // through the context (IsStagedAddress), never touching the address.
+  EXPECT_TRUE(tcp.RegisterMemory(1, 64, Location::Cuda(0), MemoryAccess::kRemote).ok());
   EXPECT_TRUE(tcp.UnregisterMemory(Addr(remote_.data()), 64).ok());
   EXPECT_EQ(tcp.OnExchange("x").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(tcp.Connect(SegmentDesc{}).status().code(), StatusCode::kBusy);
