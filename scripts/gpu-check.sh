@@ -4,7 +4,8 @@
 #   scripts/gpu-check.sh pack [BUILD_DIR] [PACK_DIR]
 #       here (the build machine): copies the executables of every test labelled "gpu" in
 #       BUILD_DIR (default: build), the helper programs they start (ferry-gpu-test-*), the
-#       benchmark ferry-cuda-ipc-bench when built, and every shared library `ldd` lists for them
+#       benchmarks ferry-cuda-ipc-bench, ferry-bench and ferry-raw-tcp-baseline when built, and
+#       every shared library `ldd` lists for them
 #       except the C library's own and the CUDA driver
 #       (libcuda, which comes with the GPU machine's driver) into PACK_DIR (default:
 #       build-gpupack, ignored by git), debug info stripped. Fails when the pack would exceed
@@ -16,7 +17,9 @@
 #       FERRY_GPU_CHECK_ALLOW_SKIP=1 to accept skips (to try the script on a machine without a
 #       GPU). Then, when packed, ferry-cuda-ipc-bench (bench/cuda_ipc_bench.cc) prints ferry's
 #       throughput over cuda-ipc, then over tcp (device memory staged on both sides), next to
-#       raw cudaMemcpy through an IPC handle (FERRY_GPU_CHECK_BENCH=0 skips it).
+#       raw cudaMemcpy through an IPC handle, and ferry-bench --location=cuda:0 sweeps tcp with
+#       device buffers on both sides next to the raw loopback tcp baseline
+#       (FERRY_GPU_CHECK_BENCH=0 skips both).
 #
 # Bounds: each test binary FERRY_GPU_CHECK_TIMEOUT seconds (default 150), each benchmark run 120 s,
 # so that a hang still ends well inside one 10-minute device command with its output.
@@ -55,7 +58,8 @@ for path in sorted({t["command"][0] for t in json.load(sys.stdin).get("tests", [
   mkdir -p "$out/bin" "$out/lib"
   local programs=() t
   while IFS= read -r t; do programs+=("$t"); done <<<"$tests"
-  for t in "$build"/bin/ferry-gpu-test-* "$build"/bin/ferry-cuda-ipc-bench; do
+  for t in "$build"/bin/ferry-gpu-test-* "$build"/bin/ferry-cuda-ipc-bench \
+           "$build"/bin/ferry-bench "$build"/bin/ferry-raw-tcp-baseline; do
     [[ -x "$t" ]] && programs+=("$t")
   done
   : >"$out/tests.txt"
@@ -136,6 +140,25 @@ run() {
         status=1
       fi
     done
+  fi
+  # ferry-bench with both buffers in device memory (--location=cuda:0) over tcp, a sweep next to
+  # the raw loopback tcp baseline of host memory in the same run: what staging costs.
+  if [[ -x "$pack/bin/ferry-bench" && -x "$pack/bin/ferry-raw-tcp-baseline" &&
+        "${FERRY_GPU_CHECK_BENCH:-1}" == 1 ]]; then
+    echo "==> ferry-bench --location=cuda:0 --protocol=tcp --sweep"
+    if ! (
+      bin="$pack/bin"
+      source "$root/scripts/lib/bench-target.sh"
+      start_target --location=cuda:0 --buffer_size=256M
+      timeout 120 "$bin/ferry-bench" --mode=initiator --metadata_server=P2PHANDSHAKE \
+        --host=127.0.0.1 --segment_id="$segment" --target_addr="$target_addr" \
+        --location=cuda:0 --protocol=tcp --sweep --sweep_block_sizes=64K,1M,4M \
+        --sweep_operations=write,read --batch_size=16 --duration=2 --buffer_size=256M \
+        --raw_baselines="$bin"
+    ); then
+      echo "gpu-check: ferry-bench --location=cuda:0 failed" >&2
+      status=1
+    fi
   fi
   return $status
 }

@@ -164,7 +164,9 @@ class TransferEngine {
   // `length` bytes that same-host peers map once and copy with memcpy (memfd-backed, huge pages
   // when available; inside the cxl window when cxl_window is set and location is "cxl"),
   // already registered as by registerLocalMemory. InvalidArgument when no installed transport
-  // can share memory.
+  // can share memory. Location "cuda:<n>": device memory of device n instead (cudaMalloc),
+  // registered as "cuda:<n>" (reached by cuda-ipc and, staged, by tcp); Unavailable naming the
+  // cause without a CUDA build or device.
   Result<void*> allocateManagedBuffer(size_t length, const std::string& location = "cpu");
   // Unregisters (as unregisterLocalMemory) and frees a buffer from allocateManagedBuffer.
   Status freeManagedBuffer(void* addr);

@@ -194,6 +194,29 @@ Status CopyLocalMemory(void* dst, const void* src, size_t length, bool device_in
   return Status::Ok();
 }
 
+Result<void*> AllocateDeviceMemory(size_t length, const Location& location) {
+  if (location.kind != Location::Kind::kCuda || location.index == Location::kAnyIndex) {
+    return InvalidArgumentError("device memory is allocated on one device (cuda:<n>), not '" +
+                                location.ToString() + "'");
+  }
+#if FERRY_WITH_CUDA
+  return cuda::AllocateDevice(length, location.index);
+#else
+  (void)length;
+  return UnavailableError("location " + location.ToString() +
+                          ": this build of ferry has no CUDA support (built with "
+                          "FERRY_WITH_CUDA=OFF or without the CUDA toolkit)");
+#endif
+}
+
+void FreeDeviceMemory(void* addr) {
+#if FERRY_WITH_CUDA
+  cuda::FreeDevice(addr);
+#else
+  (void)addr;
+#endif
+}
+
 Result<engine::StagingOps> DeviceStagingOps() {
 #if FERRY_WITH_CUDA
   RETURN_IF_ERROR(cuda::Available());

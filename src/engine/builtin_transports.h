@@ -48,5 +48,10 @@ Status CopyLocalMemory(void* dst, const void* src, size_t length, bool device_in
 // (checked cudaMemcpy, cudaHostAlloc): Unavailable naming the cause when the build or machine
 // has no device, and then no device memory can be registered either.
 Result<engine::StagingOps> DeviceStagingOps();
+// `length` bytes of memory of the device `location` names (cudaMalloc for cuda:<n>), and its
+// release: Unavailable naming the cause when the build or machine has no such device,
+// InvalidArgument for a location that is not one device's.
+Result<void*> AllocateDeviceMemory(size_t length, const Location& location);
+void FreeDeviceMemory(void* addr);
 
 }  // namespace ferry

@@ -573,6 +573,7 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
     for (Slice& s : task->slices) CompleteSlice(&s, CanceledBeforeHandOver());
   }
   for (Slice* s : unreachable) {
+    s->answered = true;  // this side's limit, not the link's failure: no retry, no cool-down
     CompleteSlice(s, UnavailableError("transport '" + std::string(backlog->transport->name()) +
                                       "' does not reach device memory, and this engine has no "
                                       "staging copier for it"));

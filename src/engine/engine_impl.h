@@ -226,7 +226,8 @@ class TransferEngine::Impl final : public TransportContext {
   std::map<std::string, std::string> served_ GUARDED_BY(served_mu_);  // P2P: key -> value
 
   Mutex managed_mu_;
-  std::map<void*, Transport*> managed_ GUARDED_BY(managed_mu_);  // buffer -> its allocator
+  // buffer -> its allocator (nullptr: device memory, AllocateDeviceMemory)
+  std::map<void*, Transport*> managed_ GUARDED_BY(managed_mu_);
   // Where the next file buffer's addresses start (file_buffers.cc): a range no process memory
   // can occupy, never reused.
   std::atomic<uint64_t> next_file_addr_{kFileAddressBase};

@@ -12,6 +12,8 @@ using namespace std::chrono_literals;
 
 namespace {
 char kBounceTag;  // Slice::task of every slice this copier hands to a transport
+// After a failed pinned allocation, how long until the next try.
+constexpr std::chrono::milliseconds kAllocBackoff{100};
 }  // namespace
 
 // What the transport carries for one original slice: the same request, from a chunk.
@@ -20,7 +22,9 @@ struct StagingCopier::Bounced : Slice {
   Transport* transport = nullptr;
   std::shared_ptr<PeerLink> link;
   void* chunk = nullptr;
-  bool waited = false;  // counted in chunk_waits once
+  bool copied = false;    // a WRITE's bytes are in the chunk (kept across a retry)
+  uint32_t attempts = 0;  // Submits turned back with Again
+  bool waited = false;    // counted in chunk_waits once
 };
 
 StagingCopier::StagingCopier(StagingOps ops, StagingOptions options, TransportContext* ctx)
@@ -80,6 +84,7 @@ void StagingCopier::Bounce(Transport* transport, std::shared_ptr<PeerLink> link,
   {
     MutexLock lock(mu_);
     if (!stopping_) {
+      for (Bounced* b : made) next_expiry_ = std::min(next_expiry_, b->deadline);
       waiting_.insert(waiting_.end(), made.begin(), made.end());
       cv_.NotifyAll();
       return;
@@ -120,27 +125,6 @@ Status StagingCopier::StartCopy(Copy copy) {
   return Status::Ok();
 }
 
-void* StagingCopier::TakeChunkLocked(Status* error) {
-  if (!free_chunks_.empty()) {
-    void* chunk = free_chunks_.back();
-    free_chunks_.pop_back();
-    return chunk;
-  }
-  if (all_chunks_.size() >= options_.max_chunks || !chunk_error_.ok()) {
-    if (all_chunks_.empty()) *error = chunk_error_;  // none was ever allocated: never will be
-    return nullptr;
-  }
-  Result<void*> chunk = ops_.allocate_pinned(options_.chunk_bytes);
-  if (!chunk.ok()) {
-    chunk_error_ = chunk.status().WithContext("allocating pinned host memory for staging");
-    if (all_chunks_.empty()) *error = chunk_error_;
-    return nullptr;  // with chunks in use: wait for one of them
-  }
-  all_chunks_.push_back(*chunk);
-  counters_.chunks = all_chunks_.size();
-  return *chunk;
-}
-
 void StagingCopier::ReleaseChunk(void* chunk) {
   if (chunk == nullptr) return;
   MutexLock lock(mu_);
@@ -149,17 +133,108 @@ void StagingCopier::ReleaseChunk(void* chunk) {
   cv_.NotifyAll();
 }
 
-void StagingCopier::Finish(Bounced* b, const Status& status) {
+void StagingCopier::Finish(Bounced* b, const Status& status, bool local) {
   Slice* original = b->original;
+  if (local && !status.ok()) original->answered = true;  // not the link's failure
   delete b;
   ctx_->CompleteSlice(original, status);
 }
 
+std::vector<StagingCopier::Bounced*> StagingCopier::TakeExpiredLocked(
+    std::chrono::steady_clock::time_point now) {
+  std::vector<Bounced*> expired;
+  next_expiry_ = std::chrono::steady_clock::time_point::max();
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Bounced* b = *it;
+    if (b->deadline > now) {
+      next_expiry_ = std::min(next_expiry_, b->deadline);
+      ++it;
+      continue;
+    }
+    if (b->chunk != nullptr) {  // a retrying head: its chunk goes back
+      free_chunks_.push_back(std::exchange(b->chunk, nullptr));
+      --chunks_out_;
+    }
+    expired.push_back(b);
+    it = waiting_.erase(it);
+  }
+  return expired;
+}
+
+bool StagingCopier::ServeFirstWaitingLocked(std::chrono::steady_clock::time_point now) {
+  Bounced* b = waiting_.front();
+  if (b->chunk != nullptr) {  // turned back by a full transport queue: retried when due
+    if (now < retry_at_) return false;
+    waiting_.pop_front();
+    mu_.Unlock();
+    StartBounce(b);
+    mu_.Lock();
+    return true;
+  }
+  if (!free_chunks_.empty()) {
+    b->chunk = free_chunks_.back();
+    free_chunks_.pop_back();
+    ++chunks_out_;
+    ++counters_.bounced;
+    waiting_.pop_front();
+    mu_.Unlock();
+    StartBounce(b);
+    mu_.Lock();
+    return true;
+  }
+  const bool backing_off = !alloc_error_.ok() && now < alloc_failed_at_ + kAllocBackoff;
+  if (all_chunks_.size() < options_.max_chunks && !backing_off) {
+    // Allocated without the lock (cudaHostAlloc is slow, and the first call makes the CUDA
+    // context): completions and target copies go on meanwhile. Only this thread allocates.
+    mu_.Unlock();
+    Result<void*> chunk = ops_.allocate_pinned(options_.chunk_bytes);
+    mu_.Lock();
+    if (chunk.ok()) {
+      all_chunks_.push_back(*chunk);
+      free_chunks_.push_back(*chunk);
+      counters_.chunks = all_chunks_.size();
+      alloc_error_ = Status::Ok();
+    } else {
+      alloc_error_ = AgainError("allocating " + std::to_string(options_.chunk_bytes) +
+                                " bytes of pinned host memory for staging: " +
+                                chunk.status().message());
+      alloc_failed_at_ = std::chrono::steady_clock::now();
+    }
+    return true;  // the next pass takes the chunk, or fails or waits below
+  }
+  if (all_chunks_.empty() && !alloc_error_.ok()) {
+    // No chunk exists to wait for: fail at once rather than at the deadline.
+    waiting_.pop_front();
+    const Status error = alloc_error_;
+    mu_.Unlock();
+    Finish(b, error, /*local=*/true);
+    mu_.Lock();
+    return true;
+  }
+  if (!b->waited) {  // every chunk is out: wait for one (ReleaseChunk wakes this thread)
+    b->waited = true;
+    ++counters_.chunk_waits;
+  }
+  return false;
+}
+
 void StagingCopier::Run() {
   mu_.Lock();
-  for (;;) {
-    if (stopping_) break;
+  while (!stopping_) {
+    const auto now = std::chrono::steady_clock::now();
     bool worked = false;
+    if (now >= next_expiry_) {
+      std::vector<Bounced*> expired = TakeExpiredLocked(now);
+      if (!expired.empty()) {
+        cv_.NotifyAll();  // chunks may have come back
+        mu_.Unlock();
+        for (Bounced* b : expired) {
+          Finish(b, TimeoutError("the slice waited for a staging chunk until the task's deadline"));
+        }
+        mu_.Lock();
+        worked = true;
+      }
+    }
     // One unit of each kind per pass: chunk -> device copies free chunks, so they go first.
     if (!copy_backs_.empty()) {
       Bounced* b = copy_backs_.front();
@@ -169,35 +244,7 @@ void StagingCopier::Run() {
       mu_.Lock();
       worked = true;
     }
-    if (!waiting_.empty()) {
-      Bounced* b = waiting_.front();
-      Status error;
-      void* chunk = nullptr;
-      if (std::chrono::steady_clock::now() >= b->deadline) {
-        error = TimeoutError("the slice waited for a staging chunk until the task's deadline");
-      } else {
-        chunk = TakeChunkLocked(&error);
-      }
-      if (chunk != nullptr || !error.ok()) {
-        waiting_.pop_front();
-        if (chunk != nullptr) {
-          b->chunk = chunk;
-          ++chunks_out_;
-          ++counters_.bounced;
-        }
-        mu_.Unlock();
-        if (chunk != nullptr) {
-          StartBounce(b);
-        } else {
-          Finish(b, error);
-        }
-        mu_.Lock();
-        worked = true;
-      } else if (!b->waited) {
-        b->waited = true;
-        ++counters_.chunk_waits;
-      }
-    }
+    if (!waiting_.empty() && ServeFirstWaitingLocked(now)) worked = true;
     if (!copies_.empty()) {
       Copy c = std::move(copies_.front());
       copies_.pop_front();
@@ -207,9 +254,14 @@ void StagingCopier::Run() {
       worked = true;
     }
     if (worked) continue;
-    // Idle, or the first waiting slice waits for a chunk: until notified or its deadline.
-    auto until = std::chrono::steady_clock::now() + 1s;
-    if (!waiting_.empty()) until = std::min(until, waiting_.front()->deadline);
+    // Idle, or the head waits (for a chunk, a retry, the allocation back-off): until notified,
+    // the earliest deadline in the queue, or the head's next try.
+    auto until = now + std::chrono::seconds(1);
+    until = std::min(until, next_expiry_);
+    if (!waiting_.empty()) {
+      if (waiting_.front()->chunk != nullptr) until = std::min(until, retry_at_);
+      if (!alloc_error_.ok()) until = std::min(until, alloc_failed_at_ + kAllocBackoff);
+    }
     cv_.WaitUntil(mu_, until);
   }
   std::deque<Bounced*> waiting = std::move(waiting_);
@@ -217,7 +269,10 @@ void StagingCopier::Run() {
   std::deque<Copy> copies = std::move(copies_);
   mu_.Unlock();
   const Status stopped = CanceledError("the engine stopped (staging copier)");
-  for (Bounced* b : waiting) Finish(b, stopped);
+  for (Bounced* b : waiting) {
+    ReleaseChunk(std::exchange(b->chunk, nullptr));  // a retrying head holds one
+    Finish(b, stopped);
+  }
   for (Bounced* b : copy_backs) {
     ReleaseChunk(std::exchange(b->chunk, nullptr));
     Finish(b, stopped);
@@ -229,32 +284,42 @@ void StagingCopier::Run() {
 }
 
 void StagingCopier::StartBounce(Bounced* b) {
-  if (b->op == OpCode::kWrite) {
+  if (b->op == OpCode::kWrite && !b->copied) {
     Status copied = ops_.copy(b->chunk, reinterpret_cast<const void*>(b->original->local_addr),
                               b->length);
     if (!copied.ok()) {
       ReleaseChunk(std::exchange(b->chunk, nullptr));
-      Finish(b, copied.WithContext("staging device memory to host"));
+      Finish(b, copied.WithContext("staging device memory to host"), /*local=*/true);
       return;
     }
+    b->copied = true;
   }
   b->local_addr = reinterpret_cast<uint64_t>(b->chunk);
   Slice* const one[] = {b};
-  // A full transport queue (Again) is retried here, backing off, until the deadline: the pool
-  // bounds what this copier has in the transport's hands far below its queue, so this is rare.
-  auto pause = 50us;
-  for (;;) {
-    Status submitted = b->transport->Submit(*b->link, one);
-    if (submitted.ok()) return;  // completes through OnTransportDone, perhaps already did
-    if (submitted.code() != StatusCode::kAgain ||
-        std::chrono::steady_clock::now() >= b->deadline) {
-      ReleaseChunk(std::exchange(b->chunk, nullptr));
-      Finish(b, submitted.WithContext("submitting to '" + std::string(b->transport->name()) + "'"));
+  // Held across Submit: a completion inside it frees `b` (and its references) at once.
+  Transport* const transport = b->transport;
+  const std::shared_ptr<PeerLink> link = b->link;
+  Status submitted = transport->Submit(*link, one);
+  if (submitted.ok()) return;  // completes through OnTransportDone, perhaps already did
+  const auto now = std::chrono::steady_clock::now();
+  if (submitted.code() == StatusCode::kAgain && now < b->deadline) {
+    // A full queue: back at the head, keeping its chunk (and a WRITE's copied bytes), tried
+    // again after a back-off; the thread serves everything else meanwhile.
+    MutexLock lock(mu_);
+    if (!stopping_) {
+      const auto pause = std::min<std::chrono::microseconds>(
+          std::chrono::microseconds(int64_t{50} << std::min<uint32_t>(b->attempts, 6)),
+          std::chrono::milliseconds(2));
+      ++b->attempts;
+      retry_at_ = now + pause;
+      next_expiry_ = std::min(next_expiry_, b->deadline);
+      waiting_.push_front(b);
       return;
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, 2ms);
+    submitted = CanceledError("the engine stopped while the transport's queue was full");
   }
+  ReleaseChunk(std::exchange(b->chunk, nullptr));
+  Finish(b, submitted.WithContext("submitting to '" + std::string(transport->name()) + "'"));
 }
 
 void StagingCopier::CopyBack(Bounced* b) {
@@ -267,7 +332,7 @@ void StagingCopier::CopyBack(Bounced* b) {
     if (!status.ok()) status = status.WithContext("staging host memory to the device");
   }
   ReleaseChunk(std::exchange(b->chunk, nullptr));
-  Finish(b, status);
+  Finish(b, status, /*local=*/true);
 }
 
 void StagingCopier::RunCopy(Copy& c) {

@@ -15,15 +15,20 @@
 //   (TransportContext::StartStagedIo) has its bytes copied between its staging and the device
 //   here, with the access's pin held until the copy ended.
 //
-// Deadlines: a slice that waits for a chunk, or whose READ bytes arrived, past its deadline
-// completes Timeout and copies nothing into the device; a target copy past its deadline ends
-// Timeout without copying. The copies themselves are the injected ops (the engine's: checked
+// Deadlines: a slice that waits for a chunk (wherever it is in the queue), or whose READ bytes
+// arrived, past its deadline completes Timeout and copies nothing into the device; a target copy
+// past its deadline ends Timeout without copying. A full transport queue (Again) puts the slice
+// back at the head of the queue, retried after a back-off; the thread never sleeps on it.
+// Failures of this side's own (a device copy, pinned memory that cannot be had: Again) are
+// marked Slice::answered: they say nothing about the link, so the engine neither retries nor
+// drops it. The copies themselves are the injected ops (the engine's: checked
 // cudaMemcpy and pinned host memory from engine/builtin_transports.h), so this class holds no
 // vendor call and its tests run on any machine.
 //
 // Thread contract: thread-safe. Stop() (also the destructor) completes what waits with Canceled
-// and joins the thread; the transports whose slices it bounced must be stopped before the copier
-// is destroyed (their chunks are freed then).
+// and joins the thread; slices still in a transport's hands complete when it lets them go. The
+// engine stops the copier before its transports and destroys it after them (the chunks are
+// freed then).
 #pragma once
 
 #include <chrono>
@@ -106,12 +111,17 @@ class StagingCopier {
   void CopyBack(Bounced* b);
   void RunCopy(Copy& c);
   void StartBounce(Bounced* b);
-  // Takes a free chunk, or allocates one below max_chunks; nullptr when none can be had now
-  // (`*error` set when none ever can: the first allocation failed).
-  void* TakeChunkLocked(Status* error) REQUIRES(mu_);
+  // Removes the waiting slices whose deadline passed (releasing a retrying one's chunk) and
+  // recomputes next_expiry_.
+  std::vector<Bounced*> TakeExpiredLocked(std::chrono::steady_clock::time_point now)
+      REQUIRES(mu_);
+  // The head of waiting_ moves on (a chunk, a retry, an allocation, or its failure); false
+  // when it must wait. Called with mu_ held; may drop and retake it.
+  bool ServeFirstWaitingLocked(std::chrono::steady_clock::time_point now) REQUIRES(mu_);
   void ReleaseChunk(void* chunk);
-  // Completes the original slice of `b` with `status` and frees `b` (its chunk already released).
-  void Finish(Bounced* b, const Status& status);
+  // Completes the original slice of `b` with `status` and frees `b` (its chunk already
+  // released). `local`: a failure of this side's own, not the link's (Slice::answered).
+  void Finish(Bounced* b, const Status& status, bool local = false);
 
   const StagingOps ops_;
   const StagingOptions options_;
@@ -126,7 +136,15 @@ class StagingCopier {
   std::vector<void*> free_chunks_ GUARDED_BY(mu_);
   std::vector<void*> all_chunks_ GUARDED_BY(mu_);
   size_t chunks_out_ GUARDED_BY(mu_) = 0;  // chunks a bounced slice holds
-  Status chunk_error_ GUARDED_BY(mu_);     // why the first chunk could not be allocated
+  // The last failed allocation and when: retried after kAllocBackoff; meanwhile, with no chunk
+  // at all, waiting slices fail with it at once.
+  Status alloc_error_ GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point alloc_failed_at_ GUARDED_BY(mu_);
+  // The earliest deadline in waiting_ (or earlier: a scan then recomputes it).
+  std::chrono::steady_clock::time_point next_expiry_ GUARDED_BY(mu_) =
+      std::chrono::steady_clock::time_point::max();
+  // When the head of waiting_, turned back by a full transport queue, is tried again.
+  std::chrono::steady_clock::time_point retry_at_ GUARDED_BY(mu_);
   Counters counters_ GUARDED_BY(mu_);
   std::thread thread_;
 };

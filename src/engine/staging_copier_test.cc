@@ -121,6 +121,7 @@ class LoopTransport final : public Transport {
     MutexLock lock(mu_);
     if (again_ > 0) {
       --again_;
+      ++turned_back_;
       return AgainError("queue full (injected)");
     }
     for (Slice* s : slices) {
@@ -157,6 +158,10 @@ class LoopTransport final : public Transport {
     }
     hold_ = false;
     cv_.NotifyAll();
+  }
+  int TurnedBack() {
+    MutexLock lock(mu_);
+    return turned_back_;
   }
   std::vector<uint64_t> SeenLocal() {
     MutexLock lock(mu_);
@@ -196,6 +201,7 @@ class LoopTransport final : public Transport {
   bool stop_ GUARDED_BY(mu_) = false;
   bool hold_ GUARDED_BY(mu_) = false;
   int again_ GUARDED_BY(mu_) = 0;
+  int turned_back_ GUARDED_BY(mu_) = 0;
   Status error_ GUARDED_BY(mu_);
   bool answered_ GUARDED_BY(mu_) = false;
   std::deque<Slice*> queue_ GUARDED_BY(mu_);
@@ -396,6 +402,7 @@ TEST(StagingCopierTest, ErrorsReachTheOriginalSliceAndFreeTheChunk) {
   ASSERT_TRUE(f.ctx.WaitEnded(2));
   EXPECT_EQ(StatusCode::kInternal, f.ctx.StatusOf(&uncopied).code());
   EXPECT_NE(std::string::npos, f.ctx.StatusOf(&uncopied).message().find("injected copy failure"));
+  EXPECT_TRUE(f.ctx.AnsweredOf(&uncopied));  // this side's failure, not the link's
   EXPECT_EQ(seen, f.transport.SeenLocal().size());
   f.ops.fail_copy = false;
 
@@ -412,7 +419,7 @@ TEST(StagingCopierTest, ErrorsReachTheOriginalSliceAndFreeTheChunk) {
   EXPECT_EQ(1u, f.copier.counters().chunks);  // the one chunk came back every time
 }
 
-TEST(StagingCopierTest, WithoutPinnedMemorySlicesFailNamingTheCause) {
+TEST(StagingCopierTest, WithoutPinnedMemorySlicesFailAtOnceAndALaterAllocationIsTried) {
   Fixture f({.chunk_bytes = kChunk, .max_chunks = 2, .max_copies = 8});
   f.ops.fail_allocate = true;
   const std::vector<unsigned char> bytes = Pattern(kChunk, 6);
@@ -421,9 +428,92 @@ TEST(StagingCopierTest, WithoutPinnedMemorySlicesFailNamingTheCause) {
   Slice* const one[] = {&s};
   f.copier.Bounce(&f.transport, f.link, one);
   ASSERT_TRUE(f.ctx.WaitEnded(1));
-  EXPECT_EQ(StatusCode::kUnavailable, f.ctx.StatusOf(&s).code());
+  // Back-pressure of this side's own, named, and marked as not the link's (no retry there).
+  EXPECT_EQ(StatusCode::kAgain, f.ctx.StatusOf(&s).code());
   EXPECT_NE(std::string::npos, f.ctx.StatusOf(&s).message().find("no pinned memory"));
+  EXPECT_TRUE(f.ctx.AnsweredOf(&s));
   EXPECT_TRUE(f.transport.SeenLocal().empty());
+
+  // Not for good: once memory can be had again, a later slice gets a chunk (after the
+  // allocation back-off; slices meanwhile fail at once, as above).
+  f.ops.fail_allocate = false;
+  std::deque<Slice> tries;
+  bool moved = false;
+  for (size_t ended = 1; !moved && ended < 100000; ++ended) {
+    Slice& t = tries.emplace_back(MakeSlice(OpCode::kWrite, bytes.data(), remote.data(), kChunk));
+    Slice* const again[] = {&t};
+    f.copier.Bounce(&f.transport, f.link, again);
+    ASSERT_TRUE(f.ctx.WaitEnded(ended + 1));
+    moved = f.ctx.StatusOf(&t).ok();
+    if (!moved) ASSERT_EQ(StatusCode::kAgain, f.ctx.StatusOf(&t).code()) << f.ctx.StatusOf(&t);
+  }
+  EXPECT_TRUE(moved);
+  EXPECT_EQ(bytes, remote);
+}
+
+TEST(StagingCopierTest, AFullTransportQueueNeverStallsTheOtherCopies) {
+  Fixture f({.chunk_bytes = kChunk, .max_chunks = 2, .max_copies = 8});
+  const std::vector<unsigned char> bytes = Pattern(kChunk, 12);
+  std::vector<unsigned char> remote(kChunk, 0);
+  f.transport.Again(1 << 30);  // turned back until told otherwise
+  Slice s = MakeSlice(OpCode::kWrite, bytes.data(), remote.data(), kChunk);
+  Slice* const one[] = {&s};
+  f.copier.Bounce(&f.transport, f.link, one);
+  ASSERT_TRUE(WaitFor([&] { return f.transport.TurnedBack() >= 3; }, 10s));
+  // Meanwhile a target copy runs on the same thread.
+  std::vector<unsigned char> staging = Pattern(4096, 13), device(4096, 0);
+  Mutex mu;
+  CondVar cv;
+  bool copied = false;
+  ASSERT_TRUE(f.copier
+                  .StartCopy({.dst = device.data(), .src = staging.data(), .length = 4096,
+                              .done =
+                                  [&](const Status& st) {
+                                    EXPECT_TRUE(st.ok()) << st;
+                                    MutexLock lock(mu);
+                                    copied = true;
+                                    cv.NotifyAll();
+                                  }})
+                  .ok());
+  {
+    MutexLock lock(mu);
+    const auto bound = std::chrono::steady_clock::now() + 10s;
+    while (!copied && std::chrono::steady_clock::now() < bound) cv.WaitUntil(mu, bound);
+    EXPECT_TRUE(copied) << "the target copy waited behind a turned-back slice";
+  }
+  EXPECT_EQ(staging, device);
+  EXPECT_EQ(0, f.ctx.Ends(&s));
+  // The queue frees: the slice goes, its bytes copied from the device once (not per retry).
+  const int copies = f.ops.copies.load();
+  f.transport.Again(0);
+  ASSERT_TRUE(f.ctx.WaitEnded(1));
+  EXPECT_TRUE(f.ctx.StatusOf(&s).ok()) << f.ctx.StatusOf(&s);
+  EXPECT_EQ(bytes, remote);
+  EXPECT_EQ(copies, f.ops.copies.load());
+}
+
+TEST(StagingCopierTest, ASliceBehindTheHeadTimesOutAtItsOwnDeadline) {
+  Fixture f({.chunk_bytes = kChunk, .max_chunks = 1, .max_copies = 8});
+  const std::vector<unsigned char> bytes = Pattern(3 * kChunk, 14);
+  std::vector<unsigned char> remote(bytes.size(), 0);
+  Slice held = MakeSlice(OpCode::kWrite, bytes.data(), remote.data(), kChunk);
+  Slice head = MakeSlice(OpCode::kWrite, bytes.data() + kChunk, remote.data() + kChunk, kChunk);
+  Slice late = MakeSlice(OpCode::kWrite, bytes.data() + 2 * kChunk, remote.data() + 2 * kChunk,
+                         kChunk);
+  late.deadline = std::chrono::steady_clock::now() - 1ms;
+  f.transport.Hold(true);
+  Slice* const three[] = {&held, &head, &late};
+  f.copier.Bounce(&f.transport, f.link, three);
+  // `held` keeps the only chunk, `head` waits for it; `late`, behind, ends at its deadline.
+  ASSERT_TRUE(f.ctx.WaitEnded(1));
+  EXPECT_EQ(StatusCode::kTimeout, f.ctx.StatusOf(&late).code()) << f.ctx.StatusOf(&late);
+  EXPECT_EQ(0, f.ctx.Ends(&head));
+  f.transport.Release();
+  ASSERT_TRUE(f.ctx.WaitEnded(3));
+  EXPECT_TRUE(f.ctx.StatusOf(&held).ok());
+  EXPECT_TRUE(f.ctx.StatusOf(&head).ok());
+  EXPECT_TRUE(std::all_of(remote.begin() + 2 * kChunk, remote.end(),
+                          [](unsigned char b) { return b == 0; }));
 }
 
 TEST(StagingCopierTest, TargetCopiesHoldThePinUntilTheyEndAndKeepTheirBounds) {

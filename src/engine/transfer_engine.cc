@@ -131,8 +131,12 @@ TransferEngine::Impl::~Impl() {
   if (rpc_server_ != nullptr) rpc_server_->Stop();
   timer_.Stop();
   if (workers_ != nullptr) workers_->Stop();
+  // The staging copier stops first (what waits in it is canceled, nothing more goes to a
+  // transport), the transports then fail what is in flight (bounced slices come back through
+  // it), and it is freed, with its chunks, only after them.
+  if (stager_ != nullptr) stager_->Stop();
   for (auto& t : transports_) t->Stop();  // fails what is in flight
-  stager_.reset();  // after the transports: it completes the slices it bounced through them
+  stager_.reset();
   links_.Clear();
   {
     MutexLock lock(file_link_mu_);
@@ -542,8 +546,20 @@ Result<void*> TransferEngine::Impl::AllocateManaged(size_t length, const std::st
   Location where = Location::Cpu();
   if (!in_window) {
     ASSIGN_OR_RETURN(where, Location::Parse(location));
+    if (where.is_device()) {  // cudaMalloc'd, registered as that device's memory
+      ASSIGN_OR_RETURN(void* device, AllocateDeviceMemory(length, where));
+      Status registered = RegisterMemory({{device, length}}, where.ToString(), true, true);
+      if (!registered.ok()) {
+        FreeDeviceMemory(device);
+        return registered;
+      }
+      MutexLock lock(managed_mu_);
+      managed_[device] = nullptr;  // no transport owns it: FreeDeviceMemory frees it
+      return device;
+    }
     if (!where.is_host()) {
-      return InvalidArgumentError("managed buffers are host memory, not '" + location + "'");
+      return InvalidArgumentError("managed buffers are host or device memory, not '" + location +
+                                  "'");
     }
   }
   Transport* owner = FindTransport(in_window ? "cxl" : "shm");
@@ -577,6 +593,10 @@ Status TransferEngine::Impl::FreeManaged(void* addr) {
   {
     MutexLock lock(managed_mu_);
     managed_.erase(addr);
+  }
+  if (owner == nullptr) {  // device memory (AllocateManaged)
+    FreeDeviceMemory(addr);
+    return Status::Ok();
   }
   return owner->FreeShared(addr);
 }

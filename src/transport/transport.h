@@ -149,7 +149,9 @@ struct Slice {
   // owner's file I/O failed), as opposed to a link that broke, timed out or could not be made.
   // Such an error is the target's verdict about this request, not about the link: the engine
   // fails the task without a retry, a transport cool-down or dropping the link. False (the
-  // default) for every error a transport does not know to be such an answer.
+  // default) for every error a transport does not know to be such an answer. The engine sets it
+  // too for a failure of its own side that says nothing about the link (its staging copier's
+  // device copy, pinned memory it cannot have).
   bool answered = false;
 };
 inline constexpr uint8_t kSliceIoDirect = 1;

@@ -443,6 +443,23 @@ TEST_F(GpuTransferTest, LocalCopiesBetweenHostAndDeviceMemory) {
   EXPECT_EQ(guard, ToHost(a.ptr, kGuard));
   EXPECT_EQ(guard, ToHost(region + kLength, kGuard));
   EXPECT_EQ(bytes, ToHost(region, kLength));
+
+  // allocateManagedBuffer("cuda:0"): device memory, registered as cuda:0, freed with its
+  // registration.
+  Result<void*> managed = engine_.allocateManagedBuffer(kLength, "cuda:0");
+  ASSERT_TRUE(managed.ok()) << managed.status();
+  s = Run({{OpCode::kWrite, host.data(), *self, addr(*managed), kLength}});
+  ASSERT_EQ(TransferState::kCompleted, s.at(0).state) << s.at(0).reason;
+  EXPECT_EQ(bytes, ToHost(*managed, kLength));
+  ASSERT_TRUE(engine_.syncSegmentCache(engine_.localSegmentName()).ok());
+  Result<std::vector<SegmentBuffer>> buffers = engine_.getSegmentBuffers(*self);
+  ASSERT_TRUE(buffers.ok()) << buffers.status();
+  bool listed = false;
+  for (const SegmentBuffer& buffer : *buffers) {
+    if (buffer.addr == addr(*managed)) listed = buffer.location == "cuda:0";
+  }
+  EXPECT_TRUE(listed) << "the managed device buffer is not published as cuda:0";
+  EXPECT_TRUE(engine_.freeManagedBuffer(*managed).ok());
 }
 
 }  // namespace

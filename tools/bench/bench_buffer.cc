@@ -19,7 +19,8 @@ Result<std::unique_ptr<BenchBuffer>> BenchBuffer::Create(TransferEngine& engine,
                                        managed_location + ")");
     }
     auto* data = static_cast<uint8_t*>(*addr);
-    std::memset(data, 0, size);  // touch every page now, not in the measured loop
+    // Touch every page now, not in the measured loop; device memory is never the CPU's to touch.
+    if (managed_location.rfind("cuda", 0) != 0) std::memset(data, 0, size);
     return std::unique_ptr<BenchBuffer>(new BenchBuffer(engine, data, size, true, PageBuffer()));
   }
   ASSIGN_OR_RETURN(PageBuffer pages, PageBuffer::Allocate(size));

@@ -21,7 +21,8 @@ namespace ferry::bench {
 class BenchBuffer {
  public:
   // Allocates `size` zeroed bytes and registers them with `engine` (after its init): as plain
-  // pages, or with allocateManagedBuffer(size, managed_location) when `managed`.
+  // pages, or with allocateManagedBuffer(size, managed_location) when `managed` (device memory
+  // for "cuda:<n>": not zeroed, and data() must not be dereferenced).
   // Errors: what the allocation or the registration returned.
   static Result<std::unique_ptr<BenchBuffer>> Create(TransferEngine& engine, size_t size,
                                                      bool managed,

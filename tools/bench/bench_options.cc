@@ -239,6 +239,11 @@ Latency is per batch, from submit until the initiator saw every task of the batc
        "allocate the buffer with allocateManagedBuffer (shareable memfd\n"
        "memory; in the cxl window with --cxl_window) instead of plain\n"
        "pages: the target's buffer, and the initiator's local one");
+  Text("location", o.location, "cpu|cuda:N",
+       "where the buffers live: cpu (default), or device memory of\n"
+       "cuda:N (allocateManagedBuffer; a CUDA build with that device),\n"
+       "moved over cuda-ipc or tcp (staged); not with --check or\n"
+       "--managed");
   Text("target_file", o.target_file, "PATH",
        "target: register [0, --buffer_size) of this file or block\n"
        "device (registerLocalFile) instead of memory: a file is made or\n"
@@ -432,6 +437,25 @@ Status Validate(const BenchOptions& o) {
   }
   if (!o.target_file.empty() && o.managed) {
     return InvalidArgumentError("--target_file registers a file, --managed memory: one of them");
+  }
+  if (o.OnDevice()) {
+    const std::string& l = o.location;
+    const bool device_index = l.size() > 5 && l.rfind("cuda:", 0) == 0 &&
+                              l.find_first_not_of("0123456789", 5) == std::string::npos &&
+                              l.size() <= 8;
+    if (!device_index) {
+      return InvalidArgumentError("--location=" + l + ": cpu or cuda:<device index>");
+    }
+    if (o.check) {
+      return InvalidArgumentError(
+          "--location=" + l + " is device memory, which --check cannot fill or read (the CPU "
+          "never touches it); measure without --check");
+    }
+    if (o.managed) return InvalidArgumentError("--location=" + l + " and --managed: one of them");
+    if (!o.target_file.empty()) {
+      return InvalidArgumentError("--target_file registers a file, --location=" + l +
+                                  " device memory: one of them");
+    }
   }
   if (!o.sweep) {
     RETURN_IF_ERROR(ValidateTransports(o, o.protocol, "protocol"));

@@ -49,6 +49,11 @@ struct BenchOptions {
   // The buffer comes from allocateManagedBuffer (location "cxl" with --cxl_window, else "cpu")
   // instead of plain registered pages: the target's buffer, and the initiator's local one.
   bool managed = false;
+  // Where the buffers live: "cpu" (default), or "cuda:<n>": device memory from
+  // allocateManagedBuffer(size, "cuda:<n>") (a CUDA build on a machine with that device), the
+  // target's buffer and the initiator's local one; reached over cuda-ipc on one host and over
+  // tcp (staged through host memory) anywhere. Never touched by the CPU: not with --check.
+  std::string location = "cpu";
   // target: registers [0, buffer_size) of this file (or block device) with registerLocalFile
   // instead of memory, after creating or extending a file to buffer_size and writing the read
   // pattern over that range; the file transport is installed besides --protocol's. Initiators
@@ -131,6 +136,12 @@ struct BenchOptions {
   std::string TransportHint() const;
   // The allocateManagedBuffer location --managed uses: "cxl" with --cxl_window, else "cpu".
   std::string ManagedLocation() const { return cxl_window.empty() ? "cpu" : "cxl"; }
+  // --location names device memory.
+  bool OnDevice() const { return location != "cpu"; }
+  // What BenchBuffer::Create allocates: from allocateManagedBuffer with BufferLocation() when
+  // BufferFromEngine(), else plain registered pages.
+  bool BufferFromEngine() const { return managed || OnDevice(); }
+  std::string BufferLocation() const { return OnDevice() ? location : ManagedLocation(); }
   // One point of a sweep: these options with --protocol, --operation, --threads and
   // --block_size replaced, and sweep off.
   BenchOptions ForPoint(const std::string& point_protocol, BenchOperation point_operation,

@@ -162,6 +162,32 @@ TEST(BenchOptionsTest, ManagedNeedsATransportThatSharesMemory) {
   }
 }
 
+TEST(BenchOptionsTest, LocationPutsTheBuffersInDeviceMemoryWithoutCheck) {
+  Result<BenchOptions> o = Parse({"--mode=target", "--location=cuda:0", "--protocol=tcp"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->OnDevice());
+  EXPECT_TRUE(o->BufferFromEngine());
+  EXPECT_EQ(o->BufferLocation(), "cuda:0");
+  o = Parse({"--location=cpu", "--managed", "--protocol=shm", "--mode=target"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->OnDevice());
+  EXPECT_EQ(o->BufferLocation(), "cpu");
+  o = Parse(kInitiator);
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o->BufferFromEngine());
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--mode=target", "--location=cuda"},       // one device, by index
+           {"--mode=target", "--location=gpu:0"},      // not a location ferry-bench knows
+           {"--mode=target", "--location=cuda:0x1"},   // not an index
+           {"--mode=target", "--location=cuda:0", "--check"},  // the CPU never touches it
+           {"--mode=target", "--location=cuda:1", "--managed", "--protocol=shm"},
+           {"--mode=target", "--location=cuda:0", "--target_file=/tmp/f"}}) {
+    Result<BenchOptions> bad = Parse(args);
+    EXPECT_FALSE(bad.ok()) << args[1] << " " << args.back();
+    if (!bad.ok()) EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(BenchOptionsTest, TargetFileAddsTheFileTransportAndItsOptions) {
   Result<BenchOptions> o =
       Parse({"--mode=target", "--target_file=/tmp/x", "--direct_io=false", "--file_queue_depth=8"});

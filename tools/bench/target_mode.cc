@@ -115,7 +115,7 @@ int RunTarget(const BenchOptions& options, StopSignals& signals) {
   if (Status s = engine.init(MakeEngineOptions(options)); !s.ok()) return TargetFailed("init", s);
   if (!options.target_file.empty()) return RunFileTarget(engine, options, signals);
   Result<std::unique_ptr<BenchBuffer>> buffer = BenchBuffer::Create(
-      engine, options.EffectiveBufferSize(), options.managed, options.ManagedLocation());
+      engine, options.EffectiveBufferSize(), options.BufferFromEngine(), options.BufferLocation());
   if (!buffer.ok()) return TargetFailed("allocating the buffer", buffer.status());
   BenchBuffer& memory = **buffer;
   if (options.check) FillPattern(kTargetPatternSeed, 0, memory.data(), memory.size());

@@ -192,6 +192,27 @@ void FreePinnedHost(void* addr) {
   }
 }
 
+Result<void*> AllocateDevice(size_t length, int device) {
+  RETURN_IF_ERROR(Available());
+  DeviceGuard on_device(device);
+  RETURN_IF_ERROR(on_device.status());
+  void* addr = nullptr;
+  if (const cudaError_t e = cudaMalloc(&addr, length); e != cudaSuccess) {
+    cudaGetLastError();
+    return UnavailableError("cudaMalloc of " + std::to_string(length) + " bytes on cuda:" +
+                            std::to_string(device) + " failed (" + ErrorText(e) + ")");
+  }
+  return addr;
+}
+
+void FreeDevice(void* addr) {
+  if (addr == nullptr) return;
+  if (const cudaError_t e = cudaFree(addr); e != cudaSuccess) {
+    cudaGetLastError();
+    FERRY_LOG(kWarn) << "cudaFree: " << ErrorText(e);
+  }
+}
+
 Status Copy(void* dst, const void* src, size_t length) {
   RETURN_IF_ERROR(Available());
   if (length == 0) return Status::Ok();

@@ -69,6 +69,11 @@ Status Copy(void* dst, const void* src, size_t length);
 Result<void*> AllocatePinnedHost(size_t length);
 void FreePinnedHost(void* addr);
 
+// `length` bytes of device memory on `device` (cudaMalloc, that device made current for the
+// call only): Unavailable when CUDA is, or naming the CUDA error. Freed with FreeDevice.
+Result<void*> AllocateDevice(size_t length, int device);
+void FreeDevice(void* addr);
+
 // "cudaErrorX: description" for a cudaError_t value (an int here, to keep the header plain).
 std::string ErrorText(int error);
 
