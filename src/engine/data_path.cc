@@ -560,11 +560,11 @@ void TransferEngine::Impl::SubmitSlices(std::span<Task* const> tasks) {
       withheld.push_back(task);
       continue;
     }
-    std::vector<Slice*>& to =
-        !host_only || !task->local_pin.location().is_device() ? backlog->slices
-        : stager_ != nullptr                                  ? bounced
-                                                              : unreachable;
-    for (Slice& s : task->slices) to.push_back(&s);
+    std::vector<Slice*>* to = &backlog->slices;
+    if (host_only && task->local_pin.location().is_device()) {
+      to = stager_ != nullptr ? &bounced : &unreachable;
+    }
+    for (Slice& s : task->slices) to->push_back(&s);
     if (task->started_at.load(std::memory_order_relaxed) == 0) {
       task->started_at.store(now, std::memory_order_relaxed);  // one attempt at a time
     }

@@ -195,9 +195,9 @@ bool StagingCopier::ServeFirstWaitingLocked(std::chrono::steady_clock::time_poin
       counters_.chunks = all_chunks_.size();
       alloc_error_ = Status::Ok();
     } else {
-      alloc_error_ = AgainError("allocating " + std::to_string(options_.chunk_bytes) +
-                                " bytes of pinned host memory for staging: " +
-                                chunk.status().message());
+      alloc_error_ =
+          AgainError("allocating " + std::to_string(options_.chunk_bytes) +
+                     " bytes of pinned host memory for staging: " + chunk.status().message());
       alloc_failed_at_ = std::chrono::steady_clock::now();
     }
     return true;  // the next pass takes the chunk, or fails or waits below
@@ -285,8 +285,8 @@ void StagingCopier::Run() {
 
 void StagingCopier::StartBounce(Bounced* b) {
   if (b->op == OpCode::kWrite && !b->copied) {
-    Status copied = ops_.copy(b->chunk, reinterpret_cast<const void*>(b->original->local_addr),
-                              b->length);
+    Status copied =
+        ops_.copy(b->chunk, reinterpret_cast<const void*>(b->original->local_addr), b->length);
     if (!copied.ok()) {
       ReleaseChunk(std::exchange(b->chunk, nullptr));
       Finish(b, copied.WithContext("staging device memory to host"), /*local=*/true);

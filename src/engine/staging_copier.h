@@ -74,8 +74,7 @@ class StagingCopier {
   // Hands `slices` to `transport` on `link` through pinned chunks (see above). Each slice must
   // be at most chunk_bytes() long (else it completes InvalidArgument). Never blocks on a copy
   // or a chunk; every slice ends in exactly one ctx->CompleteSlice.
-  void Bounce(Transport* transport, std::shared_ptr<PeerLink> link,
-              std::span<Slice* const> slices);
+  void Bounce(Transport* transport, std::shared_ptr<PeerLink> link, std::span<Slice* const> slices);
   // The engine's CompleteSlice first asks here: true when `slice` is one this copier handed to a
   // transport (it is then finished here), false for any other slice.
   bool OnTransportDone(Slice* slice, const Status& status);
@@ -113,8 +112,7 @@ class StagingCopier {
   void StartBounce(Bounced* b);
   // Removes the waiting slices whose deadline passed (releasing a retrying one's chunk) and
   // recomputes next_expiry_.
-  std::vector<Bounced*> TakeExpiredLocked(std::chrono::steady_clock::time_point now)
-      REQUIRES(mu_);
+  std::vector<Bounced*> TakeExpiredLocked(std::chrono::steady_clock::time_point now) REQUIRES(mu_);
   // The head of waiting_ moves on (a chunk, a retry, an allocation, or its failure); false
   // when it must wait. Called with mu_ held; may drop and retake it.
   bool ServeFirstWaitingLocked(std::chrono::steady_clock::time_point now) REQUIRES(mu_);

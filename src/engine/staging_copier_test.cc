@@ -299,8 +299,8 @@ TEST(StagingCopierTest, SlicesMoveThroughPinnedChunksNeverFromTheirOwnAddresses)
   std::vector<unsigned char> back(bytes.size(), 0);  // a second "device" buffer, for the READs
   std::vector<Slice> writes;
   for (size_t i = 0; i < kSlices; ++i) {
-    writes.push_back(MakeSlice(OpCode::kWrite, device.data() + i * kChunk,
-                               remote.data() + i * kChunk, kChunk));
+    writes.push_back(
+        MakeSlice(OpCode::kWrite, device.data() + i * kChunk, remote.data() + i * kChunk, kChunk));
   }
   std::vector<Slice*> ptrs;
   for (Slice& s : writes) ptrs.push_back(&s);
@@ -311,8 +311,8 @@ TEST(StagingCopierTest, SlicesMoveThroughPinnedChunksNeverFromTheirOwnAddresses)
 
   std::vector<Slice> reads;
   for (size_t i = 0; i < kSlices; ++i) {
-    reads.push_back(MakeSlice(OpCode::kRead, back.data() + i * kChunk, remote.data() + i * kChunk,
-                              kChunk));
+    reads.push_back(
+        MakeSlice(OpCode::kRead, back.data() + i * kChunk, remote.data() + i * kChunk, kChunk));
   }
   ptrs.clear();
   for (Slice& s : reads) ptrs.push_back(&s);
@@ -466,7 +466,9 @@ TEST(StagingCopierTest, AFullTransportQueueNeverStallsTheOtherCopies) {
   CondVar cv;
   bool copied = false;
   ASSERT_TRUE(f.copier
-                  .StartCopy({.dst = device.data(), .src = staging.data(), .length = 4096,
+                  .StartCopy({.dst = device.data(),
+                              .src = staging.data(),
+                              .length = 4096,
                               .done =
                                   [&](const Status& st) {
                                     EXPECT_TRUE(st.ok()) << st;
@@ -498,8 +500,8 @@ TEST(StagingCopierTest, ASliceBehindTheHeadTimesOutAtItsOwnDeadline) {
   std::vector<unsigned char> remote(bytes.size(), 0);
   Slice held = MakeSlice(OpCode::kWrite, bytes.data(), remote.data(), kChunk);
   Slice head = MakeSlice(OpCode::kWrite, bytes.data() + kChunk, remote.data() + kChunk, kChunk);
-  Slice late = MakeSlice(OpCode::kWrite, bytes.data() + 2 * kChunk, remote.data() + 2 * kChunk,
-                         kChunk);
+  Slice late =
+      MakeSlice(OpCode::kWrite, bytes.data() + 2 * kChunk, remote.data() + 2 * kChunk, kChunk);
   late.deadline = std::chrono::steady_clock::now() - 1ms;
   f.transport.Hold(true);
   Slice* const three[] = {&held, &head, &late};
@@ -522,8 +524,9 @@ TEST(StagingCopierTest, TargetCopiesHoldThePinUntilTheyEndAndKeepTheirBounds) {
   std::vector<unsigned char> device(4096, 0);
   std::atomic<int> released{0};
   auto pin = [&] {
-    return AccessPin([](void* owner, void*) { static_cast<std::atomic<int>*>(owner)->fetch_add(1); },
-                     &released, nullptr);
+    return AccessPin(
+        [](void* owner, void*) { static_cast<std::atomic<int>*>(owner)->fetch_add(1); }, &released,
+        nullptr);
   };
   Mutex mu;
   CondVar cv;
@@ -568,18 +571,23 @@ TEST(StagingCopierTest, TargetCopiesHoldThePinUntilTheyEndAndKeepTheirBounds) {
   // Beyond max_copies queued (the copier's thread busy with one): Again, nothing queued.
   f.ops.Hold();
   std::vector<unsigned char> a(4096, 0), b(4096, 0);
-  ASSERT_TRUE(f.copier.StartCopy({.dst = a.data(), .src = staging.data(), .length = 4096,
-                                  .pin = pin(), .done = done})
-                  .ok());
+  ASSERT_TRUE(
+      f.copier
+          .StartCopy(
+              {.dst = a.data(), .src = staging.data(), .length = 4096, .pin = pin(), .done = done})
+          .ok());
   ASSERT_TRUE(f.ops.WaitHeldCopy());  // taken off the queue: the thread is in it
-  ASSERT_TRUE(f.copier.StartCopy({.dst = b.data(), .src = staging.data(), .length = 4096,
-                                  .pin = pin(), .done = done})
-                  .ok());
-  EXPECT_EQ(StatusCode::kAgain,
-            f.copier
-                .StartCopy({.dst = b.data(), .src = staging.data(), .length = 4096,
-                            .pin = pin(), .done = done})
-                .code());
+  ASSERT_TRUE(
+      f.copier
+          .StartCopy(
+              {.dst = b.data(), .src = staging.data(), .length = 4096, .pin = pin(), .done = done})
+          .ok());
+  EXPECT_EQ(
+      StatusCode::kAgain,
+      f.copier
+          .StartCopy(
+              {.dst = b.data(), .src = staging.data(), .length = 4096, .pin = pin(), .done = done})
+          .code());
   f.ops.Let();
   ASSERT_TRUE(wait_ends(4));
   EXPECT_EQ(staging, a);
@@ -600,8 +608,8 @@ TEST(StagingCopierTest, TargetCopiesHoldThePinUntilTheyEndAndKeepTheirBounds) {
 }
 
 TEST(StagingCopierTest, StopCancelsWhatWaitsAndFreesItsChunksAfterward) {
-  auto f = std::make_unique<Fixture>(StagingOptions{.chunk_bytes = kChunk, .max_chunks = 1,
-                                                    .max_copies = 8});
+  auto f = std::make_unique<Fixture>(
+      StagingOptions{.chunk_bytes = kChunk, .max_chunks = 1, .max_copies = 8});
   const std::vector<unsigned char> bytes = Pattern(2 * kChunk, 2);
   std::vector<unsigned char> remote(bytes.size(), 0);
   Slice held = MakeSlice(OpCode::kWrite, bytes.data(), remote.data(), kChunk);

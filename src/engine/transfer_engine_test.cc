@@ -115,8 +115,7 @@ TEST(TransferEngineTest, ManagedBuffersAreRegisteredSharedMemory) {
   EXPECT_EQ(engine.allocateManagedBuffer(0).status().code(), StatusCode::kInvalidArgument);
   // Device memory: Unavailable without a CUDA device (tests/gpu allocates it where there is one);
   // a device kind without an index is not one device.
-  EXPECT_EQ(engine.allocateManagedBuffer(4096, "cuda:0").status().code(),
-            StatusCode::kUnavailable);
+  EXPECT_EQ(engine.allocateManagedBuffer(4096, "cuda:0").status().code(), StatusCode::kUnavailable);
   EXPECT_EQ(engine.allocateManagedBuffer(4096, "cuda").status().code(),
             StatusCode::kInvalidArgument);
   Status no_window = engine.allocateManagedBuffer(4096, "cxl").status();

@@ -447,9 +447,9 @@ Status Validate(const BenchOptions& o) {
       return InvalidArgumentError("--location=" + l + ": cpu or cuda:<device index>");
     }
     if (o.check) {
-      return InvalidArgumentError(
-          "--location=" + l + " is device memory, which --check cannot fill or read (the CPU "
-          "never touches it); measure without --check");
+      return InvalidArgumentError("--location=" + l +
+                                  " is device memory, which --check cannot fill or read (the CPU "
+                                  "never touches it); measure without --check");
     }
     if (o.managed) return InvalidArgumentError("--location=" + l + " and --managed: one of them");
     if (!o.target_file.empty()) {

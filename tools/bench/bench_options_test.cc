@@ -176,9 +176,9 @@ TEST(BenchOptionsTest, LocationPutsTheBuffersInDeviceMemoryWithoutCheck) {
   ASSERT_TRUE(o.ok());
   EXPECT_FALSE(o->BufferFromEngine());
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--mode=target", "--location=cuda"},       // one device, by index
-           {"--mode=target", "--location=gpu:0"},      // not a location ferry-bench knows
-           {"--mode=target", "--location=cuda:0x1"},   // not an index
+           {"--mode=target", "--location=cuda"},               // one device, by index
+           {"--mode=target", "--location=gpu:0"},              // not a location ferry-bench knows
+           {"--mode=target", "--location=cuda:0x1"},           // not an index
            {"--mode=target", "--location=cuda:0", "--check"},  // the CPU never touches it
            {"--mode=target", "--location=cuda:1", "--managed", "--protocol=shm"},
            {"--mode=target", "--location=cuda:0", "--target_file=/tmp/f"}}) {

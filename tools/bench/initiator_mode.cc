@@ -534,9 +534,8 @@ struct InitiatorSide {
 // failed step's, with the step named.
 Status OpenInitiator(const BenchOptions& o, uint64_t seed, InitiatorSide& side) {
   RETURN_IF_ERROR(side.engine.init(MakeEngineOptions(o)).WithContext("init"));
-  Result<std::unique_ptr<BenchBuffer>> buffer =
-      BenchBuffer::Create(side.engine, o.EffectiveBufferSize(), o.BufferFromEngine(),
-                          o.BufferLocation());
+  Result<std::unique_ptr<BenchBuffer>> buffer = BenchBuffer::Create(
+      side.engine, o.EffectiveBufferSize(), o.BufferFromEngine(), o.BufferLocation());
   if (!buffer.ok()) return buffer.status().WithContext("allocating the buffer");
   side.buffer = std::move(*buffer);
   if (o.check && o.operation == BenchOperation::kWrite) {

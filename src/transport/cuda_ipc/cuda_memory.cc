@@ -178,8 +178,8 @@ Result<void*> AllocatePinnedHost(size_t length) {
   void* addr = nullptr;
   if (const cudaError_t e = cudaHostAlloc(&addr, length, cudaHostAllocPortable); e != cudaSuccess) {
     cudaGetLastError();
-    return UnavailableError("cudaHostAlloc of " + std::to_string(length) +
-                                  " bytes failed (" + ErrorText(e) + ")");
+    return UnavailableError("cudaHostAlloc of " + std::to_string(length) + " bytes failed (" +
+                            ErrorText(e) + ")");
   }
   return addr;
 }

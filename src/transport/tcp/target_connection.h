@@ -29,13 +29,13 @@
 // connection: a READ's answer waits in order (answers behind it wait too) until
 // TransportContext::StartStagedIo filled the staging (from the file, or the device), and is then
 // sent from it; a WRITE's payload lands in the staging, is checked (checksum), and only then
-// written to the file or device with StartStagedIo, the answer waiting for that write. The pin goes with the I/O and is held until
-// it ended. The staging a connection holds is bounded (TcpTransportOptions::staging_bytes):
-// a request that would exceed it is parked, unpinned, and the connection reads nothing more
-// until answers leaving free enough; one longer than the whole budget is refused
-// (InvalidArgument); a staging that cannot be allocated refuses the request (Again). While the
-// first answer waits for its I/O the connection does not watch for writability (the loop would
-// spin); the I/O's completion comes back to the loop thread as a posted task and sends. A
+// written to the file or device with StartStagedIo, the answer waiting for that write. The pin goes
+// with the I/O and is held until it ended. The staging a connection holds is bounded
+// (TcpTransportOptions::staging_bytes): a request that would exceed it is parked, unpinned, and the
+// connection reads nothing more until answers leaving free enough; one longer than the whole budget
+// is refused (InvalidArgument); a staging that cannot be allocated refuses the request (Again).
+// While the first answer waits for its I/O the connection does not watch for writability (the loop
+// would spin); the I/O's completion comes back to the loop thread as a posted task and sends. A
 // connection closed meanwhile drops it (the staging lives until the I/O ended).
 //
 // Thread contract: every method runs on the connection's loop thread.

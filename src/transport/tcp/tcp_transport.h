@@ -3,15 +3,15 @@
 // It reaches other hosts and host memory, and through staging file buffers (through their
 // owner) and device memory (stages_device_memory): a target never touches such an address
 // (TransportContext::IsStagedAddress) but stages the bytes with TransportContext::StartStagedIo
-// (target_connection.h), and the engine hands it no slice whose local side is device memory. Start() listens for data connections
-// and returns "host:port", published as SegmentDesc::transports["tcp"]. Connect() gives a PeerLink
-// with a pool of persistent connections to the peer's listener, opened lazily and re-opened after a
-// break. Submit() spreads slices over the pool (consecutive ones together up to stripe_size
-// bytes, so small ones share system calls and a large request spreads); each connection
-// pipelines up to `window` requests, coalescing the frames of many into one sendmsg, and the
-// target answers likewise. Slices complete on the I/O thread that read their answer. The wire
-// format is in tcp_protocol.h. All socket I/O runs on `io_threads` IoLoops shared by the initiator
-// and target sides; no call blocks on a peer.
+// (target_connection.h), and the engine hands it no slice whose local side is device memory.
+// Start() listens for data connections and returns "host:port", published as
+// SegmentDesc::transports["tcp"]. Connect() gives a PeerLink with a pool of persistent connections
+// to the peer's listener, opened lazily and re-opened after a break. Submit() spreads slices over
+// the pool (consecutive ones together up to stripe_size bytes, so small ones share system calls and
+// a large request spreads); each connection pipelines up to `window` requests, coalescing the
+// frames of many into one sendmsg, and the target answers likewise. Slices complete on the I/O
+// thread that read their answer. The wire format is in tcp_protocol.h. All socket I/O runs on
+// `io_threads` IoLoops shared by the initiator and target sides; no call blocks on a peer.
 //
 // Deadlines (Slice::deadline; the Transport contract in transport.h). What tcp promises:
 //   - Initiator: a slice whose deadline passes while it waits to be sent completes with Timeout
