@@ -163,6 +163,17 @@ std::vector<StagingCopier::Bounced*> StagingCopier::TakeExpiredLocked(
 
 bool StagingCopier::ServeFirstWaitingLocked(std::chrono::steady_clock::time_point now) {
   Bounced* b = waiting_.front();
+  if (options_.canceled && options_.canceled(b->original)) {  // as the engine's backlog does
+    waiting_.pop_front();
+    if (b->chunk != nullptr) {
+      free_chunks_.push_back(std::exchange(b->chunk, nullptr));
+      --chunks_out_;
+    }
+    mu_.Unlock();
+    Finish(b, CanceledError("the batch was canceled before the slice went to a transport"));
+    mu_.Lock();
+    return true;
+  }
   if (b->chunk != nullptr) {  // turned back by a full transport queue: retried when due
     if (now < retry_at_) return false;
     waiting_.pop_front();

@@ -60,6 +60,9 @@ struct StagingOptions {
   uint64_t chunk_bytes = uint64_t{4} << 20;  // a bounced slice is at most this long
   size_t max_chunks = 16;                    // allocated on demand, kept until the copier goes
   size_t max_copies = 1024;                  // target copies queued at once (beyond: Again)
+  // Whether a waiting slice's task was canceled (the engine's cancelBatch): such a slice is
+  // completed Canceled, never handed to the transport. Unset: none is.
+  std::function<bool(const Slice*)> canceled;
 };
 
 class StagingCopier {

@@ -494,6 +494,30 @@ TEST(StagingCopierTest, AFullTransportQueueNeverStallsTheOtherCopies) {
   EXPECT_EQ(copies, f.ops.copies.load());
 }
 
+TEST(StagingCopierTest, ACanceledSliceWaitingForAChunkIsNeverHandedOver) {
+  std::atomic<const Slice*> canceled{nullptr};
+  Fixture f(
+      {.chunk_bytes = kChunk, .max_chunks = 1, .max_copies = 8, .canceled = [&](const Slice* s) {
+         return s == canceled.load();
+       }});
+  const std::vector<unsigned char> bytes = Pattern(2 * kChunk, 15);
+  std::vector<unsigned char> remote(bytes.size(), 0);
+  Slice held = MakeSlice(OpCode::kWrite, bytes.data(), remote.data(), kChunk);
+  Slice dropped = MakeSlice(OpCode::kWrite, bytes.data() + kChunk, remote.data() + kChunk, kChunk);
+  f.transport.Hold(true);
+  Slice* const both[] = {&held, &dropped};
+  f.copier.Bounce(&f.transport, f.link, both);
+  ASSERT_TRUE(WaitFor([&] { return f.copier.counters().chunk_waits == 1; }, 10s));
+  canceled = &dropped;  // its batch is canceled while it waits
+  f.transport.Release();
+  ASSERT_TRUE(f.ctx.WaitEnded(2));
+  EXPECT_TRUE(f.ctx.StatusOf(&held).ok());
+  EXPECT_EQ(StatusCode::kCanceled, f.ctx.StatusOf(&dropped).code());
+  EXPECT_EQ(1u, f.transport.SeenLocal().size());
+  EXPECT_TRUE(
+      std::all_of(remote.begin() + kChunk, remote.end(), [](unsigned char b) { return b == 0; }));
+}
+
 TEST(StagingCopierTest, ASliceBehindTheHeadTimesOutAtItsOwnDeadline) {
   Fixture f({.chunk_bytes = kChunk, .max_chunks = 1, .max_copies = 8});
   const std::vector<unsigned char> bytes = Pattern(3 * kChunk, 14);

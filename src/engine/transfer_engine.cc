@@ -361,13 +361,17 @@ Status TransferEngine::Impl::StartTransports() {
   // Device memory over a transport that stages it (tcp): only where this build and machine have
   // a device (without one no device memory can be registered, so nothing needs it). Made before
   // the transports start, so their threads only ever see it made.
-  const bool staging = std::any_of(created.begin(), created.end(), [](const auto& t) {
+  const bool stages = std::any_of(created.begin(), created.end(), [](const auto& t) {
     return t->capabilities().stages_device_memory;
   });
-  if (staging) {
+  if (stages) {
     if (Result<engine::StagingOps> ops = DeviceStagingOps(); ops.ok()) {
-      stager_ = std::make_unique<engine::StagingCopier>(std::move(ops).value(),
-                                                        engine::StagingOptions{}, this);
+      engine::StagingOptions staging;
+      staging.canceled = [](const Slice* s) {
+        return static_cast<const engine::Task*>(s->task)->canceled.load();
+      };
+      stager_ =
+          std::make_unique<engine::StagingCopier>(std::move(ops).value(), std::move(staging), this);
     }
   }
   for (auto& t : created) {
