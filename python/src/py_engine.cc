@@ -107,6 +107,14 @@ Status PyEngine::UnregisterBatch(const std::vector<uint64_t>& addrs) {
 
 Result<uint64_t> PyEngine::AllocateManaged(uint64_t length, const std::string& location) {
   if (length == 0) return InvalidArgumentError("cannot allocate a managed buffer of 0 bytes");
+  // A managed buffer here is viewed as a memoryview / numpy array: host memory only. Device
+  // memory (the C++ allocateManagedBuffer's "cuda:<n>") would hand Python a view it must never
+  // touch.
+  if (location.rfind("cuda", 0) == 0) {
+    return InvalidArgumentError("managed buffers in Python are host memory (viewed as "
+                                "memoryview / numpy), not '" +
+                                location + "'; register device memory you allocated instead");
+  }
   if (SharesMemory()) {
     ASSIGN_OR_RETURN(void* p, engine_.allocateManagedBuffer(length, location));
     const auto addr = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));

@@ -209,6 +209,8 @@ def test_cancel_and_gil_on_a_frozen_peer(eng, peer):
 def test_managed_buffer_views_hold_their_memory():
     e = ferry.Engine(host="127.0.0.1", transports=["tcp"])
     n = 1 << 16
+    with pytest.raises(ferry.InvalidArgumentError, match="host memory"):
+        e.managed_buffer(n, "cuda:0")  # a view over device memory would crash when touched
     # A view outlives the buffer object and the Engine object: it holds both.
     a = e.managed_buffer(n).numpy()
     a[:] = 1
