@@ -174,6 +174,18 @@ bool StagingCopier::ServeFirstWaitingLocked(std::chrono::steady_clock::time_poin
     mu_.Lock();
     return true;
   }
+  // Asked now, not at the pass's start: the slice may have come in since.
+  if (std::chrono::steady_clock::now() >= b->deadline) {
+    waiting_.pop_front();
+    if (b->chunk != nullptr) {
+      free_chunks_.push_back(std::exchange(b->chunk, nullptr));
+      --chunks_out_;
+    }
+    mu_.Unlock();
+    Finish(b, TimeoutError("the slice waited for a staging chunk until the task's deadline"));
+    mu_.Lock();
+    return true;
+  }
   if (b->chunk != nullptr) {  // turned back by a full transport queue: retried when due
     if (now < retry_at_) return false;
     waiting_.pop_front();
@@ -304,6 +316,11 @@ void StagingCopier::StartBounce(Bounced* b) {
       return;
     }
     b->copied = true;
+    if (std::chrono::steady_clock::now() >= b->deadline) {  // the copy took it past the deadline
+      ReleaseChunk(std::exchange(b->chunk, nullptr));
+      Finish(b, TimeoutError("the task's deadline passed while its bytes were staged"));
+      return;
+    }
   }
   b->local_addr = reinterpret_cast<uint64_t>(b->chunk);
   Slice* const one[] = {b};
