@@ -163,26 +163,22 @@ std::vector<StagingCopier::Bounced*> StagingCopier::TakeExpiredLocked(
 
 bool StagingCopier::ServeFirstWaitingLocked(std::chrono::steady_clock::time_point now) {
   Bounced* b = waiting_.front();
-  if (options_.canceled && options_.canceled(b->original)) {  // as the engine's backlog does
-    waiting_.pop_front();
-    if (b->chunk != nullptr) {
-      free_chunks_.push_back(std::exchange(b->chunk, nullptr));
-      --chunks_out_;
-    }
-    mu_.Unlock();
-    Finish(b, CanceledError("the batch was canceled before the slice went to a transport"));
-    mu_.Lock();
-    return true;
+  // Canceled (as the engine's backlog does), or past its deadline (asked now, not at the pass's
+  // start: the slice may have come in since): it ends here, never handed over.
+  Status dropped;
+  if (options_.canceled && options_.canceled(b->original)) {
+    dropped = CanceledError("the batch was canceled before the slice went to a transport");
+  } else if (std::chrono::steady_clock::now() >= b->deadline) {
+    dropped = TimeoutError("the slice waited for a staging chunk until the task's deadline");
   }
-  // Asked now, not at the pass's start: the slice may have come in since.
-  if (std::chrono::steady_clock::now() >= b->deadline) {
+  if (!dropped.ok()) {
     waiting_.pop_front();
     if (b->chunk != nullptr) {
       free_chunks_.push_back(std::exchange(b->chunk, nullptr));
       --chunks_out_;
     }
     mu_.Unlock();
-    Finish(b, TimeoutError("the slice waited for a staging chunk until the task's deadline"));
+    Finish(b, dropped);
     mu_.Lock();
     return true;
   }
