@@ -181,7 +181,7 @@ TEST(BenchOptionsTest, LocationPutsTheBuffersInDeviceMemoryWithoutCheck) {
            {"--mode=target", "--location=cuda:0x1"},           // not an index
            {"--mode=target", "--location=cuda:0", "--check"},  // the CPU never touches it
            {"--mode=target", "--location=cuda:1", "--managed", "--protocol=shm"},
-           {"--mode=target", "--location=cuda:0", "--target_file=/tmp/f"}}) {
+           {"--mode=target", "--location=cuda:0", "--target_file=kv.bin"}}) {
     Result<BenchOptions> bad = Parse(args);
     EXPECT_FALSE(bad.ok()) << args[1] << " " << args.back();
     if (!bad.ok()) EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
