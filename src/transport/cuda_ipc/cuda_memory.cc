@@ -184,12 +184,17 @@ Result<void*> AllocatePinnedHost(size_t length) {
   return addr;
 }
 
+namespace {
+// A release that cannot be undone: its error is logged and cleared, never returned.
+void WarnIfFailed(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  FERRY_LOG(kWarn) << call << ": " << ErrorText(e);
+}
+}  // namespace
+
 void FreePinnedHost(void* addr) {
-  if (addr == nullptr) return;
-  if (const cudaError_t e = cudaFreeHost(addr); e != cudaSuccess) {
-    cudaGetLastError();
-    FERRY_LOG(kWarn) << "cudaFreeHost: " << ErrorText(e);
-  }
+  if (addr != nullptr) WarnIfFailed(cudaFreeHost(addr), "cudaFreeHost");
 }
 
 Result<void*> AllocateDevice(size_t length, int device) {
@@ -206,11 +211,7 @@ Result<void*> AllocateDevice(size_t length, int device) {
 }
 
 void FreeDevice(void* addr) {
-  if (addr == nullptr) return;
-  if (const cudaError_t e = cudaFree(addr); e != cudaSuccess) {
-    cudaGetLastError();
-    FERRY_LOG(kWarn) << "cudaFree: " << ErrorText(e);
-  }
+  if (addr != nullptr) WarnIfFailed(cudaFree(addr), "cudaFree");
 }
 
 Status Copy(void* dst, const void* src, size_t length) {
