@@ -15,7 +15,8 @@
 //                           .."
 //   register                registers the region again (a new generation)      -> "ok" | "error .."
 //   exit                    exits 0
-// Engine: P2P metadata, transports from FERRY_PEER_TRANSPORTS (default cuda-ipc), 127.0.0.1.
+// Engine: P2P metadata, transports from FERRY_PEER_TRANSPORTS (default cuda-ipc; a comma list),
+// rdma's provider from FERRY_PEER_RDMA_PROVIDER, 127.0.0.1.
 #include <cuda_runtime_api.h>
 
 #include <cinttypes>
@@ -62,6 +63,9 @@ int main(int argc, char** argv) {
     options.transports.clear();
     std::istringstream names(t);
     for (std::string name; std::getline(names, name, ',');) options.transports.push_back(name);
+  }
+  if (const char* provider = std::getenv("FERRY_PEER_RDMA_PROVIDER")) {
+    options.rdma_provider = provider;
   }
   ferry::TransferEngine engine;
   if (ferry::Status s = engine.init(options); !s.ok()) {

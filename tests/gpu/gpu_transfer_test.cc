@@ -6,6 +6,8 @@
 //    leaving the region are refused and change nothing; the target's "*" is reported cuda:0;
 //  - the same over tcp alone, device memory staged through host memory on both sides (the
 //    initiator's pinned chunks, the target's staging), and from host memory to the device;
+//  - the same over rdma (libfabric's shm provider, FI_HMEM) beside tcp: rdma carries device
+//    memory where this libfabric registers it, tcp otherwise;
 //  - unregister during traffic, over cuda-ipc and over tcp: no byte lands after the target's
 //    unregister returned, and a re-registration (new generation) is reachable again;
 //  - two engines in one process: each reaches the other's device memory (used at its own
@@ -15,10 +17,13 @@
 //    own segment: a checked cudaMemcpy), out-of-range ones refused with the guards intact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,26 +102,30 @@ class GpuTransferTest : public ::testing::Test {
     if (peer_.process != nullptr) peer_.Ask("exit");
   }
 
-  Status StartEngine(std::vector<std::string> transports) {
+  Status StartEngine(std::vector<std::string> transports, const std::string& rdma_provider = "") {
     EngineOptions options;
     options.metadata_conn = "P2PHANDSHAKE";
     options.local_server_name = "127.0.0.1";
     options.transports = std::move(transports);
+    options.rdma_provider = rdma_provider;
     options.task_timeout = 20s;
     options.request_timeout = 5s;
     return engine_.init(options);
   }
 
   // Starts the peer with a `region` byte device buffer registered with `location`, its engine
-  // running `transport` alone.
+  // running `transports` (a comma list; rdma over `rdma_provider`).
   void StartPeer(size_t region, const std::string& location,
-                 const std::string& transport = "cuda-ipc") {
-    ::setenv("FERRY_PEER_TRANSPORTS", transport.c_str(), 1);  // inherited by the child
+                 const std::string& transports = "cuda-ipc",
+                 const std::string& rdma_provider = "") {
+    ::setenv("FERRY_PEER_TRANSPORTS", transports.c_str(), 1);  // inherited by the child
+    if (!rdma_provider.empty()) ::setenv("FERRY_PEER_RDMA_PROVIDER", rdma_provider.c_str(), 1);
     auto child =
         ChildProcess::SpawnPiped({gpu_testing::SelfDir() + "/ferry-gpu-test-peer",
                                   std::to_string(region), std::to_string(kGuard), location},
                                  dir_->path() + "/peer.log");
     ::unsetenv("FERRY_PEER_TRANSPORTS");
+    ::unsetenv("FERRY_PEER_RDMA_PROVIDER");
     ASSERT_TRUE(child.ok()) << child.status();
     peer_.process = std::move(child).value();
     Result<std::string> ready = peer_.process->ReadLine(30s);
@@ -153,7 +162,7 @@ class GpuTransferTest : public ::testing::Test {
     return out;
   }
 
-  void RoundTripsWithGuards(const std::string& transport);
+  void RoundTripsWithGuards(const std::string& transport, const std::string& rdma_provider = "");
   void UnregisterDuringTraffic(const std::string& transport);
 
   std::unique_ptr<TempDir> dir_;
@@ -162,11 +171,17 @@ class GpuTransferTest : public ::testing::Test {
 };
 
 // Two processes, both sides device memory, over `transport` alone: cuda-ipc, or tcp (staged
-// through host memory on both sides: the initiator's pinned chunks, the target's staging).
-void GpuTransferTest::RoundTripsWithGuards(const std::string& transport) {
+// through host memory on both sides: the initiator's pinned chunks, the target's staging). Or
+// over "rdma,tcp" with rdma on `rdma_provider`: rdma carries device memory where it registered
+// it with FI_HMEM (a libfabric with CUDA support), tcp (staged) where it could not.
+void GpuTransferTest::RoundTripsWithGuards(const std::string& transport,
+                                           const std::string& rdma_provider) {
   constexpr size_t kRegion = 8 * kMiB;
-  ASSERT_TRUE(StartEngine({transport}).ok());
-  ASSERT_NO_FATAL_FAILURE(StartPeer(kRegion, "*", transport));
+  std::vector<std::string> transports;
+  std::istringstream names(transport);
+  for (std::string name; std::getline(names, name, ',');) transports.push_back(name);
+  ASSERT_TRUE(StartEngine(transports, rdma_provider).ok());
+  ASSERT_NO_FATAL_FAILURE(StartPeer(kRegion, "*", transport, rdma_provider));
   Result<SegmentId> target = engine_.openSegment(peer_.name);
   ASSERT_TRUE(target.ok()) << target.status();
   // The peer registered with "*": the engine detected its device memory.
@@ -174,7 +189,18 @@ void GpuTransferTest::RoundTripsWithGuards(const std::string& transport) {
   ASSERT_TRUE(buffers.ok()) << buffers.status();
   ASSERT_EQ(1u, buffers->size());
   EXPECT_EQ("cuda:0", buffers->front().location);
-  EXPECT_EQ(std::vector<std::string>{transport}, buffers->front().transports);
+  const std::vector<std::string>& reach = buffers->front().transports;
+  std::string carrier = transport;
+  if (transports.size() > 1) {
+    EXPECT_NE(std::find(reach.begin(), reach.end(), "tcp"), reach.end());
+    const bool hmem = std::find(reach.begin(), reach.end(), "rdma") != reach.end();
+    carrier = hmem ? "rdma" : "tcp";
+    std::printf("device memory over rdma (%s): %s\n", rdma_provider.c_str(),
+                hmem ? "registered with FI_HMEM, carried by rdma"
+                     : "not registered by this libfabric, carried by tcp (staged)");
+  } else {
+    EXPECT_EQ(transports, reach);
+  }
 
   // Local device memory, registered with its explicit location (checked against the pointer).
   DeviceBuffer local(2 * kRegion);
@@ -201,7 +227,7 @@ void GpuTransferTest::RoundTripsWithGuards(const std::string& transport) {
         Run({{OpCode::kWrite, local.ptr, *target, peer_.addr + c.offset, c.size}});
     ASSERT_EQ(1u, wrote.size());
     ASSERT_EQ(TransferState::kCompleted, wrote[0].state) << wrote[0].reason;
-    EXPECT_EQ(transport, wrote[0].transport);
+    EXPECT_EQ(carrier, wrote[0].transport);
     std::copy(bytes.begin(), bytes.end(), mirror.begin() + static_cast<ptrdiff_t>(c.offset));
     EXPECT_EQ(SumLine(mirror), peer_.Sum(kGuard, kRegion)) << "the peer's region differs";
     EXPECT_EQ(guard_sum, peer_.Sum(0, kGuard)) << "a byte landed before the region";
@@ -231,10 +257,11 @@ void GpuTransferTest::RoundTripsWithGuards(const std::string& transport) {
   EXPECT_EQ(SumLine(mirror), peer_.Sum(kGuard, kRegion));
   EXPECT_EQ(guard_sum, peer_.Sum(0, kGuard));
   EXPECT_EQ(guard_sum, peer_.Sum(kGuard + kRegion, kGuard));
-  if (transport != "tcp") return;
+  if (carrier == "cuda-ipc") return;
 
-  // Host memory on this side, device memory on the peer's (tcp only: cuda-ipc moves device
-  // memory): the target stages, this side sends from and receives into its own buffer.
+  // Host memory on this side, device memory on the peer's (not cuda-ipc: it moves device memory
+  // only): the target stages (tcp) or its provider moves it (rdma), this side sends from and
+  // receives into its own buffer.
   std::vector<unsigned char> host_side(2 * kMiB + 9);
   ASSERT_TRUE(engine_.registerLocalMemory(host_side.data(), host_side.size(), "cpu").ok());
   const std::vector<unsigned char> bytes = Pattern(host_side.size(), 61);
@@ -259,6 +286,13 @@ TEST_F(GpuTransferTest, TwoProcessesOverCudaIpcWithGuardsCheckedOnTheDevice) {
 
 TEST_F(GpuTransferTest, TcpStagesDeviceMemoryOnBothSidesWithGuardsCheckedOnTheDevice) {
   RoundTripsWithGuards("tcp");
+}
+
+// rdma over libfabric's shm provider with FI_HMEM asked, tcp beside it: whichever carries device
+// memory here (rdma when this libfabric registers CUDA memory, else tcp, staged), the bytes and
+// the guards are exact, and the carrier is the one the peer's buffer names.
+TEST_F(GpuTransferTest, RdmaCarriesDeviceMemoryWithFiHmemOrLeavesItToTcp) {
+  RoundTripsWithGuards("rdma,tcp", "shm");
 }
 
 void GpuTransferTest::UnregisterDuringTraffic(const std::string& transport) {

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <rdma/fi_errno.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,16 +125,39 @@ Domain::~Domain() {
 }
 
 Result<fid_mr*> Domain::RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key,
-                                   MemoryAccess memory_access) {
+                                   MemoryAccess memory_access, const Location& location) {
   fid_mr* mr = nullptr;
   // RMA is one-sided: the target's CPU never sees an access, so the MR's rights are the only
   // check a local-only region gets. Never grant remote rights it was not registered with.
   uint64_t access = FI_READ | FI_WRITE;
   if (memory_access == MemoryAccess::kRemote) access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-  const int rc = fi_mr_reg(domain_, reinterpret_cast<const void*>(addr),  // NOLINT
-                           length, access, 0, requested_key, 0, &mr, nullptr);
+  if (!location.is_device()) {
+    const int rc = fi_mr_reg(domain_, reinterpret_cast<const void*>(addr),  // NOLINT
+                             length, access, 0, requested_key, 0, &mr, nullptr);
+    if (rc != 0) return UnavailableError(FiErrorText("rdma: fi_mr_reg on " + name_, rc));
+    return mr;
+  }
+  iovec range{reinterpret_cast<void*>(addr), length};  // NOLINT
+  fi_mr_attr attr{};
+  attr.mr_iov = &range;
+  attr.iov_count = 1;
+  attr.access = access;
+  attr.requested_key = requested_key;
+  switch (location.kind) {
+    case Location::Kind::kCuda:
+      attr.iface = FI_HMEM_CUDA;
+      attr.device.cuda = location.index;
+      break;
+    case Location::Kind::kRocm:
+      attr.iface = FI_HMEM_ROCR;  // one interface for every ROCm device
+      break;
+    default:
+      return NotFoundError("rdma: libfabric has no memory interface for " + location.ToString());
+  }
+  const int rc = fi_mr_regattr(domain_, &attr, 0, &mr);
   if (rc != 0) {
-    return UnavailableError(FiErrorText("rdma: fi_mr_reg on " + name_, rc));
+    return UnavailableError(
+        FiErrorText("rdma: fi_mr_regattr of " + location.ToString() + " memory on " + name_, rc));
   }
   return mr;
 }

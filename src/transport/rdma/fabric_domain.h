@@ -38,6 +38,7 @@
 
 #include "common/mutex.h"
 #include "ferry/status.h"
+#include "ferry/types.h"
 #include "transport/rdma/fabric_endpoint.h"
 #include "transport/rdma/fabric_info.h"
 #include "transport/rdma/rdma_runtime.h"
@@ -67,9 +68,10 @@ class Domain {
   // process's RMA: FI_READ | FI_WRITE), and for remote read and write (FI_REMOTE_READ |
   // FI_REMOTE_WRITE) only when `access` is kRemote: the provider then refuses a peer's RMA on a
   // kLocal region whatever key it presents. `requested_key` is used unless the provider picks
-  // keys (FI_MR_PROV_KEY).
+  // keys (FI_MR_PROV_KEY). Device memory (`location` cuda:<n>, rocm:<n>) is registered with
+  // its interface (fi_mr_regattr), which needs the domain opened with FI_HMEM.
   Result<fid_mr*> RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key,
-                             MemoryAccess access);
+                             MemoryAccess access, const Location& location);
   // Closes `mrs`. Where the runtime says so (software RMA) and peers may be connected, the
   // progress thread also closes the target endpoint right after (so no access accepted before
   // the MR closed can land later) and this re-opens it at the same address before returning.

@@ -45,17 +45,21 @@ Result<sockaddr_storage> Resolve(const std::string& host, socklen_t* length) {
 }
 
 // fi_getinfo for `provider` with ferry's requirements. `delivery_complete` asks for
-// FI_DELIVERY_COMPLETE writes (a write completes once the target placed it).
+// FI_DELIVERY_COMPLETE writes (a write completes once the target placed it); `hmem` for FI_HMEM
+// (device memory registered with the provider and moved by it).
 int Query(const std::string& provider, const sockaddr_storage* src, socklen_t src_length,
-          bool delivery_complete, fi_info** out) {
+          bool delivery_complete, bool hmem, fi_info** out) {
   FiInfoPtr hints(fi_allocinfo());
   if (!hints) return -FI_ENOMEM;
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  if (hmem) hints->caps |= FI_HMEM;
   // Every operation carries a struct fi_context2 the provider may use.
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  // The modes ferry supports: local descriptors, virtual or offset addressing, provider keys.
+  // The modes ferry supports: local descriptors, virtual or offset addressing, provider keys,
+  // and (with FI_HMEM) registering device memory before it is used, which ferry always does.
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  if (hmem) hints->domain_attr->mr_mode |= FI_MR_HMEM;
   hints->domain_attr->threading = FI_THREAD_SAFE;
   if (delivery_complete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   hints->fabric_attr->prov_name = strdup(provider.c_str());
@@ -70,13 +74,21 @@ int Query(const std::string& provider, const sockaddr_storage* src, socklen_t sr
   return fi_getinfo(kFiVersion, nullptr, nullptr, 0, hints.get(), out);
 }
 
-// The domains of one provider, deduplicated by name and filtered by `devices`.
+// The domains of one provider, deduplicated by name and filtered by `devices`; with FI_HMEM
+// when `hmem` is asked and the provider offers it (*with_hmem says which).
 Result<std::vector<FiInfoPtr>> DomainsOf(const std::string& provider,
                                          const std::vector<std::string>& devices,
-                                         const sockaddr_storage* src, socklen_t src_length) {
+                                         const sockaddr_storage* src, socklen_t src_length,
+                                         bool hmem, bool* with_hmem) {
   fi_info* list = nullptr;
-  int rc = Query(provider, src, src_length, /*delivery_complete=*/true, &list);
-  if (rc == -FI_ENODATA) rc = Query(provider, src, src_length, false, &list);
+  int rc = -FI_ENODATA;
+  for (const bool ask_hmem : {true, false}) {
+    if (ask_hmem && !hmem) continue;
+    rc = Query(provider, src, src_length, /*delivery_complete=*/true, ask_hmem, &list);
+    if (rc == -FI_ENODATA) rc = Query(provider, src, src_length, false, ask_hmem, &list);
+    *with_hmem = ask_hmem;
+    if (rc != -FI_ENODATA) break;
+  }
   if (rc != 0) return UnavailableError(FiErrorText("fi_getinfo(" + provider + ")", rc));
   FiInfoPtr owner(list);
   std::vector<FiInfoPtr> out;
@@ -135,9 +147,10 @@ Result<DomainChoice> ChooseDomains(const RdmaTransportOptions& options,
     if (bind) {
       ASSIGN_OR_RETURN(src, Resolve(bind_host, &src_length));
     }
-    Result<std::vector<FiInfoPtr>> domains =
-        DomainsOf(provider, options.devices, bind ? &src : nullptr, src_length);
-    if (domains.ok()) return DomainChoice{provider, std::move(domains).value()};
+    bool hmem = false;
+    Result<std::vector<FiInfoPtr>> domains = DomainsOf(
+        provider, options.devices, bind ? &src : nullptr, src_length, options.hmem, &hmem);
+    if (domains.ok()) return DomainChoice{provider, std::move(domains).value(), hmem};
     if (!why.empty()) why += "; ";
     why += domains.status().message();
   }

@@ -28,10 +28,13 @@ using FiInfoPtr = std::unique_ptr<fi_info, FiInfoDeleter>;
 struct DomainChoice {
   std::string provider;            // e.g. "tcp;ofi_rxm"
   std::vector<FiInfoPtr> domains;  // never empty
+  // The domains were opened with FI_HMEM: the provider registers and moves device memory.
+  bool hmem = false;
 };
 
 // Picks the provider (options.provider, or the first of "verbs;ofi_rxm", "efa" present) and its
-// FI_EP_RDM + FI_RMA domains, filtered by options.devices. For providers addressed by IP
+// FI_EP_RDM + FI_RMA domains, filtered by options.devices; with FI_HMEM when options.hmem and the
+// provider offers it, else without. For providers addressed by IP
 // (tcp, sockets, udp), a non-wildcard `bind_host` restricts the domains to the one owning that
 // address and binds endpoints there. Unavailable (with libfabric's reason) when none fits;
 // InvalidArgument when `bind_host` does not resolve.

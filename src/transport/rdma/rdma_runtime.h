@@ -42,6 +42,8 @@ struct Counters {
   std::atomic<uint64_t> timeouts{0};           // operations failed for want of a completion
   std::atomic<uint64_t> stale{0};              // slices completed Stale
   std::atomic<uint64_t> checks{0};             // access checks asked of peers
+  std::atomic<uint64_t> device_registrations{0};  // device memory registered with FI_HMEM
+  std::atomic<uint64_t> device_refusals{0};       // device memory the provider did not register
 };
 
 // One slice in flight. Completes (ctx->CompleteSlice) when its last Op ends; the first error of
@@ -104,6 +106,10 @@ struct Runtime {
   RdmaTransportOptions options;
   TransportContext* ctx = nullptr;
   std::string provider;
+  // The domains were opened with FI_HMEM (DomainChoice::hmem): device memory is registered with
+  // the provider. Fixed at Start.
+  bool hmem = false;
+  std::atomic<bool> device_refusal_logged{false};
   // Software RMA over sockets: an access accepted before an MR closed may still be streaming
   // in, so unregister also re-opens the target endpoint (at the same address).
   bool rebuild_target_on_unregister = false;

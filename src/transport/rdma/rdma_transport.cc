@@ -81,7 +81,8 @@ RdmaTransport::~RdmaTransport() { Stop(); }
 TransportCapabilities RdmaTransport::capabilities() const {
   TransportCapabilities caps;
   caps.reaches_other_hosts = true;
-  caps.reaches_device_memory = false;
+  // Device memory with FI_HMEM, known from Start (the provider may not offer it).
+  caps.reaches_device_memory = started_.load(std::memory_order_acquire) && runtime_->hmem;
   caps.preferred_slice_size = rdma::PreferredSliceSize(provider());  // by provider, from Start
   return caps;
 }
@@ -108,6 +109,7 @@ Result<std::string> RdmaTransport::Start(TransportContext* ctx, const TransportS
   rt->options = options_;
   rt->ctx = ctx;
   rt->provider = choice.provider;
+  rt->hmem = choice.hmem;
   rt->rebuild_target_on_unregister = rdma::UsesSocketAddresses(choice.provider);
   rt->ports = info.ports;
   rt->next_registration.store(RandomStart() + 1);
@@ -127,6 +129,11 @@ Result<std::string> RdmaTransport::Start(TransportContext* ctx, const TransportS
   rt->recovery = std::make_unique<rdma::Recovery>(rt.get());
   rt->recovery->Start();
   for (auto& domain : rt->domains) domain->Start();
+  FERRY_LOG(kInfo) << "rdma: provider " << rt->provider << ", " << rt->domains.size()
+                   << " domain(s), device memory "
+                   << (rt->hmem ? "registered with the provider (FI_HMEM)"
+                                : (options_.hmem ? "not reached (the provider offers no FI_HMEM)"
+                                                 : "not reached (FI_HMEM not asked)"));
   runtime_ = std::move(rt);
   started_.store(true, std::memory_order_release);
   return rdma::EncodeEndpoints(published);
@@ -145,13 +152,15 @@ void RdmaTransport::Stop() {
 Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length,
                                                   const Location& location, MemoryAccess access) {
   if (!started_.load(std::memory_order_acquire)) return BusyError("rdma transport not started");
-  if (location.is_device()) {
-    return NotFoundError("rdma reaches host memory only, not " + location.ToString());
+  Runtime& rt = *runtime_;
+  if (location.is_device() && !rt.hmem) {
+    return NotFoundError(
+        "rdma over " + rt.provider + " reaches host memory only, not " + location.ToString() +
+        (rt.options.hmem ? " (the provider offers no FI_HMEM)" : " (FI_HMEM not asked)"));
   }
   if (length == 0 || addr + length < addr) {
     return InvalidArgumentError("rdma: empty or wrapping range");
   }
-  Runtime& rt = *runtime_;
   auto reg = std::make_shared<rdma::Registration>();
   reg->id = rt.next_registration.fetch_add(1);
   reg->addr = addr;
@@ -161,7 +170,19 @@ Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length
     for (fid_mr* mr : reg->mrs) (void)fi_close(&mr->fid);
   };
   for (auto& domain : rt.domains) {
-    Result<fid_mr*> mr = domain->RegisterMr(addr, length, rt.next_mr_key.fetch_add(1), access);
+    Result<fid_mr*> mr =
+        domain->RegisterMr(addr, length, rt.next_mr_key.fetch_add(1), access, location);
+    if (!mr.ok() && location.is_device()) {
+      // The provider offers FI_HMEM but cannot register this device's memory (a libfabric
+      // built without that device's support): another transport carries it, staged.
+      close_made();
+      rt.counters.device_refusals.fetch_add(1, std::memory_order_relaxed);
+      if (!rt.device_refusal_logged.exchange(true)) {
+        FERRY_LOG(kWarn) << mr.status().message() << "; rdma leaves device memory to another "
+                         << "transport (tcp, staged through host memory)";
+      }
+      return NotFoundError(mr.status().message());
+    }
     if (!mr.ok()) {
       close_made();
       return mr.status();
@@ -182,6 +203,9 @@ Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length
   if (!inserted.ok()) {
     close_made();
     return inserted;
+  }
+  if (location.is_device()) {
+    rt.counters.device_registrations.fetch_add(1, std::memory_order_relaxed);
   }
   return key;
 }
@@ -338,6 +362,9 @@ RdmaTransportStats RdmaTransport::stats() const {
   out.timeouts = c.timeouts.load(std::memory_order_relaxed);
   out.stale = c.stale.load(std::memory_order_relaxed);
   out.checks = c.checks.load(std::memory_order_relaxed);
+  out.device_registrations = c.device_registrations.load(std::memory_order_relaxed);
+  out.device_refusals = c.device_refusals.load(std::memory_order_relaxed);
+  out.hmem = runtime_->hmem;
   for (const auto& domain : runtime_->domains) out.peer_addresses += domain->address_count();
   return out;
 }
@@ -360,7 +387,9 @@ std::vector<std::pair<std::string, uint64_t>> RdmaTransport::Counters() const {
           {"target_rebuilds", s.target_rebuilds},
           {"timeouts", s.timeouts},
           {"stale", s.stale},
-          {"checks", s.checks}};
+          {"checks", s.checks},
+          {"device_registrations", s.device_registrations},
+          {"device_refusals", s.device_refusals}};
 }
 
 std::unique_ptr<Transport> CreateRdmaTransport(RdmaTransportOptions options) {

@@ -24,6 +24,15 @@
 //     operation on its own;
 //   - a failed operation whose deadline passes while the target is asked about it (a frozen
 //     peer does not answer) completes Timeout, not Unavailable.
+// Device memory (a location such as cuda:<n>). With FI_HMEM (RdmaTransportOptions::hmem, when
+// the provider offers it) RegisterMemory registers device memory with the provider
+// (fi_mr_regattr, FI_HMEM_CUDA and the device's ordinal; FI_HMEM_ROCR) and the provider moves it,
+// on both sides: capabilities().reaches_device_memory. Without FI_HMEM, and for a device whose
+// memory this libfabric cannot register (a build without CUDA: registration fails), it answers
+// NotFound, naming why (logged once), and the engine plans that memory on another transport
+// (tcp, staged). stats().hmem and the log line of Start say which the transport uses; the
+// counters device_registrations and device_refusals (getMetrics) count each device region.
+//
 // What rdma cannot promise: RMA is one-sided. A WRITE already handed to the provider/NIC may
 // still land in the target's memory after the slice completed Timeout (its bytes may be in the
 // network or the peer's socket buffer; the target's CPU never sees the access, so it cannot
@@ -54,6 +63,11 @@ struct RdmaTransportOptions {
   int max_retries = 2;
   // operations in flight per domain; Submit returns Again beyond the queue bound
   size_t max_inflight = 256;
+  // Ask the provider for FI_HMEM (device memory registered with it, fi_mr_regattr with the
+  // device's interface, and moved by it: GPUDirect RDMA on a NIC). Where the provider does not
+  // offer it, or this libfabric cannot register a device's memory, rdma refuses device memory
+  // (NotFound) and the engine carries it over tcp, staged through host memory.
+  bool hmem = true;
 };
 
 // Whether a provider is usable here: Ok(name of the provider chosen) or Unavailable with why.

@@ -59,6 +59,13 @@ struct RdmaTransportStats {
   uint64_t timeouts = 0;         // operations failed for want of a completion or a connection
   uint64_t stale = 0;            // slices completed Stale
   uint64_t checks = 0;           // access checks asked of peers
+  uint64_t device_registrations = 0;  // device memory registered with the provider (FI_HMEM)
+  // device memory refused with NotFound although FI_HMEM is in use: this libfabric cannot
+  // register that device's memory (the first refusal is logged with the provider's error)
+  uint64_t device_refusals = 0;
+  // Not a counter: the domains were opened with FI_HMEM (device memory registered with the
+  // provider and moved by it); fixed at Start.
+  bool hmem = false;
   // Now, not a counter: peer addresses in the domains' address vectors. A link's entries go
   // when the last shared_ptr to it (the engine's and its in-flight slices') is dropped.
   uint64_t peer_addresses = 0;

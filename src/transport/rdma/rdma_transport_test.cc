@@ -77,6 +77,104 @@ TEST_F(RdmaTransportTest, DescribesItselfAndKeepsLifecycleRules) {
             StatusCode::kUnavailable);
 }
 
+// Whether libfabric offers `provider` with FI_HMEM and RMA, asked directly (the oracle for what
+// the transport must have negotiated).
+bool ProviderOffersHmem(const std::string& provider) {
+  fi_info* hints = fi_allocinfo();
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_HMEM;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_HMEM;
+  hints->fabric_attr->prov_name = strdup(provider.c_str());
+  fi_info* found = nullptr;
+  const int rc = fi_getinfo(kFiVersion, nullptr, nullptr, 0, hints, &found);
+  fi_freeinfo(hints);
+  if (found != nullptr) fi_freeinfo(found);
+  return rc == 0;
+}
+
+// Device memory follows FI_HMEM: without it (tcp;ofi_rxm here, or not asked) rdma refuses
+// device memory with NotFound naming why, so the engine plans it elsewhere; with it (shm here)
+// the transport says so, reaches device memory, and a device this libfabric cannot register is
+// NotFound too (naming the provider's error), while host memory still moves.
+TEST_F(RdmaTransportTest, DeviceMemoryFollowsFiHmem) {
+  StartTarget();
+  EXPECT_EQ(target_->stats().hmem, ProviderOffersHmem("tcp;ofi_rxm"));
+  if (!target_->stats().hmem) {
+    EXPECT_FALSE(target_->capabilities().reaches_device_memory);
+    const Status refused =
+        target_->RegisterMemory(Addr(local_.data()), 64, Location::Cuda(0), MemoryAccess::kRemote)
+            .status();
+    EXPECT_EQ(refused.code(), StatusCode::kNotFound) << refused;
+    EXPECT_NE(refused.message().find("offers no FI_HMEM"), std::string::npos) << refused;
+  }
+
+  RdmaTransportOptions shm;
+  shm.provider = "shm";
+  if (!ProbeRdmaProvider(shm).ok()) GTEST_SKIP() << "libfabric provider shm unavailable";
+  ASSERT_TRUE(ProviderOffersHmem("shm")) << "Debian's libfabric offers FI_HMEM with shm";
+  for (const bool ask : {false, true}) {
+    SCOPED_TRACE(ask ? "FI_HMEM asked" : "FI_HMEM not asked");
+    shm.hmem = ask;
+    TestContext target_ctx(kTargetIncarnation);
+    TestContext initiator_ctx(0x1111);
+    RdmaTransport target(shm);
+    RdmaTransport initiator(shm);
+    Result<std::string> published = target.Start(&target_ctx, {"target", "127.0.0.1"});
+    ASSERT_TRUE(published.ok()) << published.status();
+    ASSERT_TRUE(initiator.Start(&initiator_ctx, {"initiator", "127.0.0.1"}).ok());
+    initiator_ctx.AddPeer("target", &target);
+    EXPECT_EQ(target.stats().hmem, ask);
+    EXPECT_EQ(target.capabilities().reaches_device_memory, ask);
+    // Host memory is not device memory: with FI_HMEM this libfabric has no CUDA support, or the
+    // address is not CUDA's, and the provider refuses; either way NotFound, nothing registered.
+    const Status device =
+        target.RegisterMemory(Addr(local_.data()), 4096, Location::Cuda(0), MemoryAccess::kRemote)
+            .status();
+    EXPECT_EQ(device.code(), StatusCode::kNotFound) << device;
+    EXPECT_NE(device.message().find(ask ? "fi_mr_regattr of cuda:0" : "FI_HMEM not asked"),
+              std::string::npos)
+        << device;
+    EXPECT_EQ(target.stats().device_registrations, 0u);
+    EXPECT_EQ(target.stats().device_refusals, ask ? 1u : 0u);
+    EXPECT_EQ(target.UnregisterMemory(Addr(local_.data()), 4096).code(), StatusCode::kNotFound);
+
+    // Host memory moves both ways, FI_HMEM or not.
+    Result<std::string> key = target.RegisterMemory(Addr(remote_.data()), remote_.size(),
+                                                    Location::Cpu(), MemoryAccess::kRemote);
+    ASSERT_TRUE(key.ok()) << key.status();
+    target_ctx.AddRegion(remote_.data(), remote_.size(), kGeneration, true, "rdma");
+    ASSERT_TRUE(initiator
+                    .RegisterMemory(Addr(local_.data()), local_.size(), Location::Cpu(),
+                                    MemoryAccess::kRemote)
+                    .ok());
+    SegmentDesc desc = TargetDesc(*published);
+    Result<std::shared_ptr<PeerLink>> link = initiator.Connect(desc);
+    ASSERT_TRUE(link.ok()) << link.status();
+    constexpr size_t kLength = kMiB + 13;
+    Fill(local_.data(), kLength, ask ? 7 : 8);
+    std::memset(local_.data() + 2 * kMiB, 0, kLength);
+    for (const OpCode op : {OpCode::kWrite, OpCode::kRead}) {
+      SliceBatch batch(&initiator_ctx);
+      Slice slice = Make(op, local_.data() + (op == OpCode::kRead ? 2 * kMiB : 0), 5, kLength);
+      slice.remote_key = *key;
+      batch.Add(slice);
+      ASSERT_EQ(initiator.Submit(**link, batch.ptrs), Status::Ok());
+      ASSERT_TRUE(initiator_ctx.WaitAll(batch.ptrs, 20s));
+      ASSERT_TRUE(initiator_ctx.StatusOf(batch.ptrs[0]).ok())
+          << initiator_ctx.StatusOf(batch.ptrs[0]);
+    }
+    EXPECT_EQ(std::memcmp(remote_.data() + 5, local_.data(), kLength), 0);
+    EXPECT_EQ(std::memcmp(local_.data() + 2 * kMiB, local_.data(), kLength), 0);
+    EXPECT_EQ(remote_[4], 0xAA);
+    EXPECT_EQ(remote_[5 + kLength], 0xAA);
+    link->reset();
+    target.Stop();
+    initiator.Stop();
+  }
+}
+
 TEST_F(RdmaTransportTest, PublishesAnEndpointBoundToTheBindHostOnly) {
   StartTarget();
   Result<PublishedEndpoints> endpoints = DecodeEndpoints(published_);
