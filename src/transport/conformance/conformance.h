@@ -12,12 +12,16 @@
 //       .name = "tcp", .transport = "tcp",
 //       .make = [] { return std::make_unique<TcpTransport>(TcpTransportOptions{}); }});
 //
+// A target that needs a device (cuda_ipc) registers through FERRY_GPU_CONFORMANCE_SOURCES /
+// FERRY_GPU_CONFORMANCE_LIBS instead: the same cases, in gpu_conformance_test (label gpu).
+//
 // Each case makes fresh transports in this process: one or more targets and an initiator, each
 // with a transport_testing::TestContext standing in for its engine (Exchange between them is
 // routed to the peer's OnExchange). Memory on both sides is registered with the transport that
 // owns it, as the engine does. A transport with file buffers runs the cases against file windows
-// of its own engine (Target::file_directory); a case that cannot apply to a target says why and
-// skips.
+// of its own engine (Target::file_directory); one with device memory runs them on that memory,
+// never touched by the CPU (Target::location, Target::copy). A case that cannot apply to a
+// target says why and skips.
 #pragma once
 
 #include <cstddef>
@@ -54,6 +58,14 @@ struct Target {
   // NotFound (it reaches memory through the engine's pin), memory is registered in the context
   // only, as the engine skips a transport that answers so.
   std::string file_directory;
+  // The location every region (initiator's and target's) is registered with: that of the memory
+  // `allocate` returns (e.g. Location::Cuda(0) for device memory).
+  Location location = Location::Cpu();
+  // Set for memory the CPU must not touch (a device's): the cases then set and check every byte
+  // of a region, on both sides and guard bytes included, only by copying between host memory
+  // and that memory with it (either of dst and src may be the region's); Ok once the bytes are
+  // in place. Unset: memcpy.
+  std::function<Status(void* dst, const void* src, size_t n)> copy;
 };
 
 // Adds `target` to the suite; returns true so it can initialize a static.

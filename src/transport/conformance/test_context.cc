@@ -202,9 +202,18 @@ uint64_t TestContext::duplicate_completions() {
   return duplicates_;
 }
 
-std::unique_ptr<TargetBytes> TargetBytes::Memory(std::shared_ptr<uint8_t> memory, size_t length) {
+namespace {
+// "[pos, +n)", how messages name a range of a backing.
+std::string Range(size_t pos, size_t n) {
+  return "[" + std::to_string(pos) + ", +" + std::to_string(n) + ")";
+}
+}  // namespace
+
+std::unique_ptr<TargetBytes> TargetBytes::Memory(std::shared_ptr<uint8_t> memory, size_t length,
+                                                 CopyFunction copy) {
   std::unique_ptr<TargetBytes> bytes(new TargetBytes());
   bytes->memory_ = std::move(memory);
+  bytes->copy_ = std::move(copy);
   bytes->length_ = length;
   return bytes;
 }
@@ -236,12 +245,18 @@ TargetBytes::~TargetBytes() {
 
 Result<std::vector<uint8_t>> TargetBytes::Read(size_t pos, size_t n) const {
   if (pos > length_ || n > length_ - pos) {
-    return InvalidArgumentError("[" + std::to_string(pos) + ", +" + std::to_string(n) +
-                                ") is outside the " + std::to_string(length_) + "-byte backing");
+    return InvalidArgumentError(Range(pos, n) + " is outside the " + std::to_string(length_) +
+                                "-byte backing");
   }
   std::vector<uint8_t> out(n);
   if (memory_ != nullptr) {
-    if (n > 0) std::memcpy(out.data(), memory_.get() + pos, n);
+    if (n == 0) return out;
+    if (!copy_) {
+      std::memcpy(out.data(), memory_.get() + pos, n);
+    } else {
+      RETURN_IF_ERROR(copy_(out.data(), memory_.get() + pos, n)
+                          .WithContext("copying " + Range(pos, n) + " out of the memory"));
+    }
     return out;
   }
   size_t done = 0;
@@ -258,12 +273,17 @@ Result<std::vector<uint8_t>> TargetBytes::Read(size_t pos, size_t n) const {
 
 Status TargetBytes::Write(size_t pos, const uint8_t* in, size_t n) {
   if (pos > length_ || n > length_ - pos) {
-    return InvalidArgumentError("[" + std::to_string(pos) + ", +" + std::to_string(n) +
-                                ") is outside the " + std::to_string(length_) + "-byte backing");
+    return InvalidArgumentError(Range(pos, n) + " is outside the " + std::to_string(length_) +
+                                "-byte backing");
   }
   if (memory_ != nullptr) {
-    if (n > 0) std::memcpy(memory_.get() + pos, in, n);
-    return Status::Ok();
+    if (n == 0) return Status::Ok();
+    if (!copy_) {
+      std::memcpy(memory_.get() + pos, in, n);
+      return Status::Ok();
+    }
+    return copy_(memory_.get() + pos, in, n)
+        .WithContext("copying into " + Range(pos, n) + " of the memory");
   }
   size_t done = 0;
   while (done < n) {

@@ -96,18 +96,27 @@ class TestContext final : public TransportContext {
   uint64_t duplicates_ GUARDED_BY(mu_) = 0;
 };
 
-// The bytes behind a target-side buffer, for tests to set and check, guard bytes included:
-// memory (memcpy) or a file (pread/pwrite; for transports whose target buffers are file windows,
+// The bytes behind a buffer, for tests to set and check, guard bytes included: memory (memcpy,
+// or a copy function for memory the CPU must not touch, such as a device's) or a file
+// (pread/pwrite; for transports whose target buffers are file windows,
 // TransportCapabilities::file_buffers). Positions count from the start of the backing, which may
 // be larger than the registered window. A range outside the backing is InvalidArgument; a
-// pread/pwrite that fails or comes short is Internal naming the file and errno.
+// pread/pwrite that fails or comes short is Internal naming the file and errno; a copy that
+// fails is the copy function's status, naming the range.
 //
-// Thread contract: Read and Write may be called from several threads on disjoint ranges (or
-// ranges only read); the object itself does not change after it was made.
+// Thread contract: Read, Write and Set may be called from several threads on disjoint ranges (or
+// ranges only read), when the copy function (if any) may be; the object itself does not change
+// after it was made.
 class TargetBytes {
  public:
-  // `length` bytes at `memory` (kept alive by the shared pointer).
-  static std::unique_ptr<TargetBytes> Memory(std::shared_ptr<uint8_t> memory, size_t length);
+  // Copies n bytes from src to dst, where either may be the backing's memory; Ok once they are
+  // in place.
+  using CopyFunction = std::function<Status(void* dst, const void* src, size_t n)>;
+
+  // `length` bytes at `memory` (kept alive by the shared pointer), reached through `copy`, or
+  // with memcpy when it is unset.
+  static std::unique_ptr<TargetBytes> Memory(std::shared_ptr<uint8_t> memory, size_t length,
+                                             CopyFunction copy = {});
   // A new file of `length` bytes (zeros) in `directory`, removed when this is destroyed.
   static Result<std::unique_ptr<TargetBytes>> File(const std::string& directory, size_t length);
   ~TargetBytes();
@@ -115,7 +124,7 @@ class TargetBytes {
   TargetBytes& operator=(const TargetBytes&) = delete;
 
   size_t length() const { return length_; }
-  // The memory, or nullptr for a file.
+  // The memory, or nullptr for a file; with a copy function, memory the CPU must not touch.
   uint8_t* memory() const { return memory_.get(); }
   // The file's path, or empty for memory.
   const std::string& path() const { return path_; }
@@ -130,6 +139,7 @@ class TargetBytes {
   TargetBytes() = default;
 
   std::shared_ptr<uint8_t> memory_;
+  CopyFunction copy_;  // unset: memcpy
   std::string path_;
   int fd_ = -1;
   size_t length_ = 0;
