@@ -29,6 +29,13 @@ RdmaTransportOptions RdmaOptions(const EngineOptions& options) {
   o.provider = options.rdma_provider;
   o.devices = options.rdma_devices;
   o.op_timeout = options.request_timeout;  // each op is further bounded by its slice's deadline
+  // FI_HMEM only where this process can have device memory: without it, asking could only
+  // change what the provider offers host memory.
+#if FERRY_WITH_CUDA
+  o.hmem = cuda::Available().ok();
+#else
+  o.hmem = false;
+#endif
   return o;
 }
 #endif

@@ -32,13 +32,14 @@
 //      bounded staging buffer of its own with ctx->StartStagedIo (the owner's file transport, on
 //      io_uring), never at the address.
 //   7. Device memory (a location such as cuda:<n>) is reached by a transport with
-//      reaches_device_memory directly (cuda-ipc). One with stages_device_memory (tcp) registers
+//      reaches_device_memory directly (cuda-ipc; rdma with FI_HMEM, for the memory its provider
+//      registered). One with stages_device_memory (tcp) registers
 //      it too, and never touches it: its target stages each access to it exactly as a file
 //      buffer's (ctx->IsStagedAddress, ctx->StartStagedIo: the engine copies between the staging
 //      and the device), and the engine hands it no slice whose local side is device memory: such
 //      a slice is carried from a pinned host chunk the engine copies to or from the device
 //      (engine/staging_copier.h). Every other transport's RegisterMemory refuses device memory
-//      (NotFound), so the engine never plans it there.
+//      it cannot reach (NotFound), so the engine never plans it there.
 #pragma once
 
 #include <chrono>
@@ -66,6 +67,8 @@ enum class MemoryAccess : uint8_t { kLocal, kRemote };
 
 struct TransportCapabilities {
   bool reaches_other_hosts = true;  // false: same-host only (shm, cxl, cuda-ipc)
+  // Device memory the transport registered is its to move (item 7 above); fixed once Start
+  // returned (rdma decides it at Start, by what its provider offers).
   bool reaches_device_memory = false;
   // Device memory through staging (item 7 above): RegisterMemory accepts it, the target stages
   // every access to it with ctx->StartStagedIo, and the engine bounces the local side (tcp).

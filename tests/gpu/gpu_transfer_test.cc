@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -206,6 +207,17 @@ void GpuTransferTest::RoundTripsWithGuards(const std::string& transport,
   DeviceBuffer local(2 * kRegion);
   ASSERT_NE(nullptr, local.ptr);
   ASSERT_TRUE(engine_.registerLocalMemory(local.ptr, local.size, "cuda:0").ok());
+  if (transports.size() > 1) {
+    // rdma says which way it went for this side's buffer, as the peer's did for its own:
+    // registered with FI_HMEM, or refused (libfabric's shm offers FI_HMEM; a libfabric without
+    // CUDA support cannot register device memory with it).
+    std::map<std::string, uint64_t> counted;
+    for (const TransportMetrics& t : engine_.getMetrics().transports) {
+      if (t.name == "rdma") counted.insert(t.counters.begin(), t.counters.end());
+    }
+    EXPECT_EQ(carrier == "rdma" ? 1u : 0u, counted["device_registrations"]);
+    EXPECT_EQ(carrier == "rdma" ? 0u : 1u, counted["device_refusals"]);
+  }
   // An explicit cuda:0 on host memory is refused, naming what the memory is.
   std::vector<unsigned char> host(4096);
   Status wrong = engine_.registerLocalMemory(host.data(), host.size(), "cuda:0");

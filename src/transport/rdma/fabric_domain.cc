@@ -155,10 +155,12 @@ Result<fid_mr*> Domain::RegisterMr(uint64_t addr, uint64_t length, uint64_t requ
       return NotFoundError("rdma: libfabric has no memory interface for " + location.ToString());
   }
   const int rc = fi_mr_regattr(domain_, &attr, 0, &mr);
-  if (rc != 0) {
-    return UnavailableError(
-        FiErrorText("rdma: fi_mr_regattr of " + location.ToString() + " memory on " + name_, rc));
-  }
+  const std::string what =
+      FiErrorText("rdma: fi_mr_regattr of " + location.ToString() + " memory on " + name_, rc);
+  // This libfabric has no support for the device's interface: it cannot reach such memory (the
+  // engine uses another transport). Any other failure is the registration's.
+  if (rc == -FI_ENOSYS || rc == -FI_EOPNOTSUPP) return NotFoundError(what);
+  if (rc != 0) return UnavailableError(what);
   return mr;
 }
 

@@ -69,7 +69,8 @@ class Domain {
   // FI_REMOTE_WRITE) only when `access` is kRemote: the provider then refuses a peer's RMA on a
   // kLocal region whatever key it presents. `requested_key` is used unless the provider picks
   // keys (FI_MR_PROV_KEY). Device memory (`location` cuda:<n>, rocm:<n>) is registered with
-  // its interface (fi_mr_regattr), which needs the domain opened with FI_HMEM.
+  // its interface (fi_mr_regattr), which needs the domain opened with FI_HMEM; NotFound when
+  // libfabric has no support for that interface.
   Result<fid_mr*> RegisterMr(uint64_t addr, uint64_t length, uint64_t requested_key,
                              MemoryAccess access, const Location& location);
   // Closes `mrs`. Where the runtime says so (software RMA) and peers may be connected, the

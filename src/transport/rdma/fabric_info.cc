@@ -74,22 +74,19 @@ int Query(const std::string& provider, const sockaddr_storage* src, socklen_t sr
   return fi_getinfo(kFiVersion, nullptr, nullptr, 0, hints.get(), out);
 }
 
-// The domains of one provider, deduplicated by name and filtered by `devices`; with FI_HMEM
-// when `hmem` is asked and the provider offers it (*with_hmem says which).
+// The domains of one provider, deduplicated by name and filtered by `devices`, with FI_HMEM when
+// `hmem`; with FI_DELIVERY_COMPLETE writes where the provider offers them.
 Result<std::vector<FiInfoPtr>> DomainsOf(const std::string& provider,
                                          const std::vector<std::string>& devices,
                                          const sockaddr_storage* src, socklen_t src_length,
-                                         bool hmem, bool* with_hmem) {
+                                         bool hmem) {
   fi_info* list = nullptr;
-  int rc = -FI_ENODATA;
-  for (const bool ask_hmem : {true, false}) {
-    if (ask_hmem && !hmem) continue;
-    rc = Query(provider, src, src_length, /*delivery_complete=*/true, ask_hmem, &list);
-    if (rc == -FI_ENODATA) rc = Query(provider, src, src_length, false, ask_hmem, &list);
-    *with_hmem = ask_hmem;
-    if (rc != -FI_ENODATA) break;
+  int rc = Query(provider, src, src_length, /*delivery_complete=*/true, hmem, &list);
+  if (rc == -FI_ENODATA) rc = Query(provider, src, src_length, false, hmem, &list);
+  if (rc != 0) {
+    return UnavailableError(
+        FiErrorText("fi_getinfo(" + provider + (hmem ? ", FI_HMEM" : "") + ")", rc));
   }
-  if (rc != 0) return UnavailableError(FiErrorText("fi_getinfo(" + provider + ")", rc));
   FiInfoPtr owner(list);
   std::vector<FiInfoPtr> out;
   std::set<std::string> seen;
@@ -113,6 +110,24 @@ Result<std::vector<FiInfoPtr>> DomainsOf(const std::string& provider,
                             (devices.empty() ? std::string() : " among the requested devices"));
   }
   return out;
+}
+
+// Whether `with_hmem` has every domain of `plain` (by name), each with FI_DELIVERY_COMPLETE
+// where `plain`'s has it.
+bool SameDomains(const std::vector<FiInfoPtr>& with_hmem, const std::vector<FiInfoPtr>& plain) {
+  auto name = [](const FiInfoPtr& info) {
+    return std::string(info->domain_attr->name ? info->domain_attr->name : "");
+  };
+  auto delivery_complete = [](const FiInfoPtr& info) {
+    return (info->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
+  };
+  for (const FiInfoPtr& p : plain) {
+    auto found = std::find_if(with_hmem.begin(), with_hmem.end(),
+                              [&](const FiInfoPtr& h) { return name(h) == name(p); });
+    if (found == with_hmem.end()) return false;
+    if (delivery_complete(p) && !delivery_complete(*found)) return false;
+  }
+  return with_hmem.size() == plain.size();
 }
 
 }  // namespace
@@ -147,10 +162,32 @@ Result<DomainChoice> ChooseDomains(const RdmaTransportOptions& options,
     if (bind) {
       ASSIGN_OR_RETURN(src, Resolve(bind_host, &src_length));
     }
-    bool hmem = false;
-    Result<std::vector<FiInfoPtr>> domains = DomainsOf(
-        provider, options.devices, bind ? &src : nullptr, src_length, options.hmem, &hmem);
-    if (domains.ok()) return DomainChoice{provider, std::move(domains).value(), hmem};
+    Result<std::vector<FiInfoPtr>> domains =
+        DomainsOf(provider, options.devices, bind ? &src : nullptr, src_length, /*hmem=*/false);
+    if (domains.ok()) {
+      DomainChoice choice;
+      choice.provider = provider;
+      choice.domains = std::move(domains).value();
+      if (!options.hmem) {
+        choice.no_hmem = "FI_HMEM not asked";
+        return choice;
+      }
+      // FI_HMEM only where it costs host memory nothing: the same domains, each with delivery
+      // completion where it had it. A provider may offer it on fewer NICs, or not at all.
+      Result<std::vector<FiInfoPtr>> with_hmem =
+          DomainsOf(provider, options.devices, bind ? &src : nullptr, src_length, /*hmem=*/true);
+      if (!with_hmem.ok()) {
+        choice.no_hmem = with_hmem.status().message();
+      } else if (!SameDomains(*with_hmem, choice.domains)) {
+        choice.no_hmem =
+            "the provider offers FI_HMEM on fewer domains, or without delivery "
+            "completion";
+      } else {
+        choice.domains = std::move(with_hmem).value();
+        choice.hmem = true;
+      }
+      return choice;
+    }
     if (!why.empty()) why += "; ";
     why += domains.status().message();
   }

@@ -30,14 +30,17 @@ struct DomainChoice {
   std::vector<FiInfoPtr> domains;  // never empty
   // The domains were opened with FI_HMEM: the provider registers and moves device memory.
   bool hmem = false;
+  // Without FI_HMEM: why (not asked, the provider's answer, fewer domains).
+  std::string no_hmem;
 };
 
 // Picks the provider (options.provider, or the first of "verbs;ofi_rxm", "efa" present) and its
-// FI_EP_RDM + FI_RMA domains, filtered by options.devices; with FI_HMEM when options.hmem and the
-// provider offers it, else without. For providers addressed by IP
-// (tcp, sockets, udp), a non-wildcard `bind_host` restricts the domains to the one owning that
-// address and binds endpoints there. Unavailable (with libfabric's reason) when none fits;
-// InvalidArgument when `bind_host` does not resolve.
+// FI_EP_RDM + FI_RMA domains, filtered by options.devices. With options.hmem, the same domains
+// with FI_HMEM where the provider offers it on all of them (and delivery completion where it
+// offers that without FI_HMEM), else without FI_HMEM: host memory loses nothing to it. For
+// providers addressed by IP (tcp, sockets, udp), a non-wildcard `bind_host` restricts the domains
+// to the one owning that address and binds endpoints there. Unavailable (with libfabric's reason)
+// when none fits; InvalidArgument when `bind_host` does not resolve.
 Result<DomainChoice> ChooseDomains(const RdmaTransportOptions& options,
                                    const std::string& bind_host);
 

@@ -109,6 +109,7 @@ struct Runtime {
   // The domains were opened with FI_HMEM (DomainChoice::hmem): device memory is registered with
   // the provider. Fixed at Start.
   bool hmem = false;
+  std::string no_hmem;  // without FI_HMEM: why (DomainChoice::no_hmem)
   std::atomic<bool> device_refusal_logged{false};
   // Software RMA over sockets: an access accepted before an MR closed may still be streaming
   // in, so unregister also re-opens the target endpoint (at the same address).

@@ -110,6 +110,7 @@ Result<std::string> RdmaTransport::Start(TransportContext* ctx, const TransportS
   rt->ctx = ctx;
   rt->provider = choice.provider;
   rt->hmem = choice.hmem;
+  rt->no_hmem = choice.no_hmem;
   rt->rebuild_target_on_unregister = rdma::UsesSocketAddresses(choice.provider);
   rt->ports = info.ports;
   rt->next_registration.store(RandomStart() + 1);
@@ -132,8 +133,7 @@ Result<std::string> RdmaTransport::Start(TransportContext* ctx, const TransportS
   FERRY_LOG(kInfo) << "rdma: provider " << rt->provider << ", " << rt->domains.size()
                    << " domain(s), device memory "
                    << (rt->hmem ? "registered with the provider (FI_HMEM)"
-                                : (options_.hmem ? "not reached (the provider offers no FI_HMEM)"
-                                                 : "not reached (FI_HMEM not asked)"));
+                                : "not reached (no FI_HMEM: " + rt->no_hmem + ")");
   runtime_ = std::move(rt);
   started_.store(true, std::memory_order_release);
   return rdma::EncodeEndpoints(published);
@@ -154,9 +154,8 @@ Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length
   if (!started_.load(std::memory_order_acquire)) return BusyError("rdma transport not started");
   Runtime& rt = *runtime_;
   if (location.is_device() && !rt.hmem) {
-    return NotFoundError(
-        "rdma over " + rt.provider + " reaches host memory only, not " + location.ToString() +
-        (rt.options.hmem ? " (the provider offers no FI_HMEM)" : " (FI_HMEM not asked)"));
+    return NotFoundError("rdma over " + rt.provider + " reaches host memory only, not " +
+                         location.ToString() + " (no FI_HMEM: " + rt.no_hmem + ")");
   }
   if (length == 0 || addr + length < addr) {
     return InvalidArgumentError("rdma: empty or wrapping range");
@@ -172,9 +171,9 @@ Result<std::string> RdmaTransport::RegisterMemory(uint64_t addr, uint64_t length
   for (auto& domain : rt.domains) {
     Result<fid_mr*> mr =
         domain->RegisterMr(addr, length, rt.next_mr_key.fetch_add(1), access, location);
-    if (!mr.ok() && location.is_device()) {
-      // The provider offers FI_HMEM but cannot register this device's memory (a libfabric
-      // built without that device's support): another transport carries it, staged.
+    if (mr.status().code() == StatusCode::kNotFound) {
+      // The provider offers FI_HMEM but this libfabric cannot register this device's memory
+      // (built without that device's support): another transport carries it, staged.
       close_made();
       rt.counters.device_refusals.fetch_add(1, std::memory_order_relaxed);
       if (!rt.device_refusal_logged.exchange(true)) {

@@ -81,6 +81,8 @@ class RdmaTransport final : public Transport {
   std::string_view name() const override { return "rdma"; }
   // preferred_slice_size follows the provider chosen at Start (rdma::PreferredSliceSize; before
   // Start: a NIC's); no max_slice_size (Submit splits a slice at the provider's max_msg_size).
+  // reaches_device_memory: the domains were opened with FI_HMEM (decided at Start; false
+  // before).
   TransportCapabilities capabilities() const override;
 
   // Opens the provider's domains and starts their threads. IP-addressed providers (tcp;ofi_rxm)
@@ -94,7 +96,9 @@ class RdmaTransport final : public Transport {
   // every thread. Registrations stay valid for UnregisterMemory. Idempotent.
   void Stop() override;
 
-  // Host memory only (NotFound for device memory). Busy before Start; AlreadyExists for a
+  // Host memory, and device memory with FI_HMEM (NotFound without it, or when libfabric has no
+  // support for the device's interface: the engine plans that memory elsewhere; see
+  // rdma_transport.h). Busy before Start; AlreadyExists for a
   // range registered already; Unavailable when the provider refuses the registration. A kLocal
   // region's MRs have local rights only (the source or destination of this process's RMA, which
   // FI_MR_LOCAL providers need a descriptor for): a peer's RMA with its key fails at the
