@@ -19,25 +19,6 @@ namespace {
 
 constexpr size_t kTargetCqSize = 64;
 
-// Serializes, across every domain of the process, opening an endpoint (fi_endpoint, its binds,
-// fi_enable) with changes to an address vector (fi_av_insert, fi_av_remove). libfabric 1.17's
-// shm provider maps an inserted address into the region of each endpoint bound to the vector and
-// into a process-wide map of regions: an insert that meets an endpoint being opened writes into
-// a region that is not set up yet and crashes (caught by TSan as a race, and as a SIGSEGV in
-// RdmaTransportTest.DeviceMemoryFollowsFiHmem), although the domain is FI_THREAD_SAFE. Both are
-// rare setup steps, so one lock for all providers costs nothing on the data path.
-Mutex& SetupMutex() {
-  static Mutex* mu = new Mutex();
-  return *mu;
-}
-
-Result<std::unique_ptr<Endpoint>> OpenEndpointLocked(fid_domain* domain, fi_info* info, fid_av* av,
-                                                     size_t cq_size,
-                                                     int* provider_error = nullptr) {
-  MutexLock lock(SetupMutex());
-  return Endpoint::Open(domain, info, av, cq_size, provider_error);
-}
-
 }  // namespace
 
 Domain::Domain(Runtime* rt, size_t index, FiInfoPtr info)
@@ -74,7 +55,7 @@ Status Domain::OpenObjects() {
 Result<std::unique_ptr<Endpoint>> Domain::OpenEndpoint(size_t cq_size, std::string_view what) {
   fi_info* base = info_.get();
   if (rt_->ports.unbounded() || !UsesSocketAddresses(rt_->provider)) {
-    return OpenEndpointLocked(domain_, base, av_, cq_size);
+    return Endpoint::Open(domain_, base, av_, cq_size);
   }
   const bool v4 = base->src_addr != nullptr && base->src_addrlen >= sizeof(sockaddr_in) &&
                   static_cast<const sockaddr*>(base->src_addr)->sa_family == AF_INET;
@@ -95,7 +76,7 @@ Result<std::unique_ptr<Endpoint>> Domain::OpenEndpoint(size_t cq_size, std::stri
     }
     int provider_error = 0;
     Result<std::unique_ptr<Endpoint>> ep =
-        OpenEndpointLocked(domain_, info.get(), av_, cq_size, &provider_error);
+        Endpoint::Open(domain_, info.get(), av_, cq_size, &provider_error);
     if (ep.ok() || provider_error != -FI_EADDRINUSE) return ep;
   }
   return UnavailableError("rdma: no free port for the " + std::string(what) + " of " + name_ +
@@ -115,7 +96,7 @@ Result<std::unique_ptr<Endpoint>> Domain::OpenTarget() {
   info->src_addr = src;
   info->src_addrlen = address_.size();
   ASSIGN_OR_RETURN(std::unique_ptr<Endpoint> ep,
-                   OpenEndpointLocked(domain_, info.get(), av_, kTargetCqSize));
+                   Endpoint::Open(domain_, info.get(), av_, kTargetCqSize));
   ASSIGN_OR_RETURN(std::string name, ep->Name());
   if (name != address_) return UnavailableError("rdma: target endpoint moved to another address");
   return ep;
@@ -227,7 +208,7 @@ Result<fi_addr_t> Domain::InsertAddress(const std::string& address) {
   fi_addr_t addr = FI_ADDR_UNSPEC;
   int n = 0;
   {
-    MutexLock setup(SetupMutex());
+    MutexLock setup(FabricSetupMutex());
     n = fi_av_insert(av_, address.data(), 1, &addr, 0, nullptr);
   }
   if (n != 1) {
@@ -246,7 +227,7 @@ void Domain::RemoveAddress(fi_addr_t addr) {
     if (--it->second.refs == 0) {
       fi_addr_t gone = addr;
       {
-        MutexLock setup(SetupMutex());
+        MutexLock setup(FabricSetupMutex());
         (void)fi_av_remove(av_, &gone, 1, 0);
       }
       av_entries_.erase(it);

@@ -20,6 +20,11 @@ int OpenCq(fid_domain* domain, size_t size, fi_wait_obj wait, fid_cq** cq) {
 
 }  // namespace
 
+Mutex& FabricSetupMutex() {
+  static Mutex* mu = new Mutex();
+  return *mu;
+}
+
 Result<std::unique_ptr<Endpoint>> Endpoint::Open(fid_domain* domain, fi_info* info, fid_av* av,
                                                  size_t cq_size, int* provider_error) {
   int ignored = 0;
@@ -39,6 +44,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Open(fid_domain* domain, fi_info* in
       return UnavailableError(FiErrorText("rdma: fi_cq_open", rc));
     }
   }
+  MutexLock setup(FabricSetupMutex());
   int rc = fi_endpoint(domain, info, &out->ep_, nullptr);
   if (rc != 0) {
     out->ep_ = nullptr;

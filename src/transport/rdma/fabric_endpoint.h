@@ -12,16 +12,27 @@
 #include <memory>
 #include <string>
 
+#include "common/mutex.h"
 #include "ferry/status.h"
 
 namespace ferry::rdma {
+
+// Held, across every domain of the process, while an endpoint is opened (Endpoint::Open: its
+// fi_endpoint, binds and fi_enable) and while an address vector changes (fi_av_insert,
+// fi_av_remove). libfabric 1.17's shm provider maps an inserted address into the region of each
+// endpoint bound to the vector and into a process-wide map of regions: an insert that meets an
+// endpoint being opened writes into a region not yet set up and crashes (a SIGSEGV, first seen
+// by TSan as a race in RdmaTransportTest.DeviceMemoryFollowsFiHmem), although the domain is
+// FI_THREAD_SAFE. Both are rare setup steps, never on the data path.
+Mutex& FabricSetupMutex();
 
 class Endpoint {
  public:
   // Opens, binds and enables an endpoint on `domain` for `info` (its src_addr, when set, is
   // where the endpoint listens), with a completion queue of `cq_size` entries that has a wait
   // fd when the provider offers one. On failure `*provider_error` (when given) gets libfabric's
-  // negative error number (-FI_EADDRINUSE: src_addr's port is taken).
+  // negative error number (-FI_EADDRINUSE: src_addr's port is taken). Opens under
+  // FabricSetupMutex().
   static Result<std::unique_ptr<Endpoint>> Open(fid_domain* domain, fi_info* info, fid_av* av,
                                                 size_t cq_size, int* provider_error = nullptr);
   ~Endpoint();
